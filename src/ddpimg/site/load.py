@@ -1,0 +1,205 @@
+"""Load one site profile (TOML) and validate it strictly against :data:`schema.SCHEMA`.
+
+Every problem is a :class:`~ddpimg.errors.ProfileError` naming the file and the dotted key:
+malformed TOML (with TOML's line and column), unknown sections and keys (with the closest
+known key), wrong types (expected type and the value found), missing or invalid values, and
+a ``site.name`` that differs from the file name. An exported ``NCCL_*`` / ``GLOO_*`` variable
+that is not a known name only warns (:class:`ProfileWarning`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ddpimg.errors import ProfileError
+from ddpimg.site import known_vars
+from ddpimg.site.model import JobDefaults, MatchRule, SiteProfile
+from ddpimg.site.schema import SCHEMA, SECTIONS, Key, section_keys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+SCHEMA_HINT = "see site-profiles/README.md for every key, its type and an example"
+_TOML_POSITION = re.compile(r"line (\d+), column (\d+)")
+_TOML_TYPE_NAMES = {
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    str: "string",
+    list: "array",
+    dict: "table",
+}
+
+
+class ProfileWarning(UserWarning):
+    """A profile is usable but probably not what its author meant (e.g. an unknown NCCL_*)."""
+
+
+def load_profile(path: str | Path) -> SiteProfile:
+    """Read and validate the profile at ``path``."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ProfileError(
+            f"cannot read site profile {path}: {err.strerror or err}",
+            hint="check the path given by --site, DDPIMG_SITE or DDPIMG_SITE_PATH",
+        ) from err
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ProfileError(f"{path}: not UTF-8 text ({err})", hint="save it as UTF-8") from err
+    except tomllib.TOMLDecodeError as err:
+        position = _TOML_POSITION.search(str(err))
+        where = f"line {position[1]}, column {position[2]}" if position else "the reported place"
+        raise ProfileError(
+            f"{path}: not valid TOML: {err}", hint=f"fix the TOML syntax at {where}"
+        ) from err
+
+    values = _validate(path, document)
+    profile = _build(path, values, hashlib.sha256(data).hexdigest())
+    if profile.name != path.stem:
+        raise ProfileError(
+            f"{path}: site.name '{profile.name}' does not match the file name '{path.stem}'",
+            hint=f'rename the file to {profile.name}.toml or set name = "{path.stem}"',
+        )
+    _warn_unknown_exports(path, profile)
+    return profile
+
+
+def _validate(path: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """The document's values by dotted key, checked against the schema and converted."""
+    values: dict[str, Any] = {}
+    for top, value in document.items():
+        if top in SCHEMA:
+            values[top] = _checked(path, top, value, SCHEMA[top])
+        elif top not in SECTIONS:
+            raise _unknown_top_level(path, top, value)
+        elif not isinstance(value, dict):
+            raise ProfileError(
+                f"{path}: [{top}] must be a table, found {_show(value)} ({_type_name(value)})",
+                hint=f"write it as a section: [{top}] on its own line, then its keys",
+            )
+        else:
+            for key, item in value.items():
+                dotted = f"{top}.{key}"
+                if dotted not in SCHEMA:
+                    raise _unknown_key(path, top, dotted)
+                values[dotted] = _checked(path, dotted, item, SCHEMA[dotted])
+    for dotted, spec in SCHEMA.items():
+        if spec.required and dotted not in values:
+            section, _, key = dotted.partition(".")
+            raise ProfileError(
+                f"{path}: missing required key '{dotted}'",
+                hint=f'add [{section}] with {key} = "{path.stem}"',
+            )
+    return values
+
+
+def _checked(path: Path, dotted: str, value: object, spec: Key) -> Any:
+    kind = spec.kind
+    if not kind.accepts(value):
+        raise _wrong_type(path, dotted, value, kind.name)
+    if kind.entry is not None and isinstance(value, dict):
+        for name, item in value.items():
+            if not kind.entry.accepts(item):
+                raise _wrong_type(path, f"{dotted}.{name}", item, kind.entry.name)
+    problem = None
+    if spec.choices and value not in spec.choices:
+        problem = f"it must be one of {_choices(spec.choices)}"
+    elif spec.check is not None:
+        problem = spec.check(value)
+    if problem is not None:
+        raise ProfileError(
+            f"{path}: key '{dotted}' is invalid: {problem}; found {_show(value)}",
+            hint=SCHEMA_HINT,
+        )
+    return kind.convert(value)
+
+
+def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile:
+    fields: dict[str, dict[str, Any]] = {"": {}, "match": {}, "job": {}}
+    for dotted, value in values.items():
+        group, _, field = SCHEMA[dotted].target.rpartition(".")
+        fields[group][field] = value
+    return SiteProfile(
+        path=str(path),
+        content_hash=content_hash,
+        match=MatchRule(**fields["match"]),
+        job=JobDefaults(**fields["job"]),
+        **{"description": "", **fields[""]},
+    )
+
+
+def _warn_unknown_exports(path: Path, profile: SiteProfile) -> None:
+    for name, _ in profile.exports:
+        if known_vars.is_unknown(name):
+            closest = known_vars.closest_known(name)
+            suggestion = f"; did you mean '{closest}'?" if closest else ""
+            warnings.warn(
+                f"{path}: [env] exports '{name}', which is not a known NCCL/Gloo variable"
+                f"{suggestion} (NCCL ignores names it does not know)",
+                ProfileWarning,
+                stacklevel=3,
+            )
+
+
+def _unknown_top_level(path: Path, top: str, value: object) -> ProfileError:
+    if isinstance(value, dict):
+        closest = difflib.get_close_matches(top, SECTIONS, n=1)
+        suggestion = f"did you mean [{closest[0]}]? " if closest else ""
+        return ProfileError(
+            f"{path}: unknown section [{top}]",
+            hint=f"{suggestion}known sections: {', '.join(f'[{s}]' for s in SECTIONS)}",
+        )
+    # A bare key above the first section header: suggest the section that has it.
+    owners = [dotted for dotted in SCHEMA if dotted.rpartition(".")[2] == top]
+    closest = owners or difflib.get_close_matches(top, list(SCHEMA), n=1)
+    suggestion = f"did you mean '{closest[0]}'? " if closest else ""
+    return ProfileError(
+        f"{path}: unknown key '{top}' outside any section",
+        hint=f"{suggestion}keys belong in sections: {', '.join(f'[{s}]' for s in SECTIONS)}",
+    )
+
+
+def _unknown_key(path: Path, section: str, dotted: str) -> ProfileError:
+    known = section_keys(section)
+    key = dotted.partition(".")[2]
+    closest = difflib.get_close_matches(key, known, n=1)
+    suggestion = f"did you mean '{section}.{closest[0]}'? " if closest else ""
+    return ProfileError(
+        f"{path}: unknown key '{dotted}'",
+        hint=f"{suggestion}known keys in [{section}]: {', '.join(known)}",
+    )
+
+
+def _wrong_type(path: Path, dotted: str, value: object, expected: str) -> ProfileError:
+    return ProfileError(
+        f"{path}: key '{dotted}' must be {expected}, found {_show(value)} ({_type_name(value)})",
+        hint=SCHEMA_HINT,
+    )
+
+
+def _type_name(value: object) -> str:
+    for python_type, name in _TOML_TYPE_NAMES.items():
+        if isinstance(value, python_type):
+            return name
+    return type(value).__name__
+
+
+def _show(value: object) -> str:
+    """The value much as it was written in TOML."""
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _choices(choices: tuple[str, ...]) -> str:
+    return ", ".join(json.dumps(choice) for choice in choices)

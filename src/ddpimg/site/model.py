@@ -1,0 +1,48 @@
+"""A site profile: how to recognise a cluster and what it needs. Loaded from TOML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MatchRule:
+    """How auto-selection recognises the site. Any one matching rule selects it."""
+
+    hostnames: tuple[str, ...] = ()  # fnmatch patterns on the short hostname
+    slurm_cluster_names: tuple[str, ...] = ()  # values of SLURM_CLUSTER_NAME
+    env: tuple[tuple[str, str], ...] = ()  # marker variables: (name, fnmatch pattern of value)
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What the batch-script generator assumes about a node of this site."""
+
+    gpus_per_node: int = 0
+    gpu_type: str = ""
+    gpu_request: str = "gres"  # "gres" -> --gres=gpu[:type]:N ; "gpus-per-node" -> --gpus-per-node
+    cpus_per_task: int = 1
+    partition: str = ""
+    constraint: str = ""  # --constraint, for sites that pick GPU nodes by feature (Perlmutter: gpu)
+    binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    """One site's profile. ``master_addr`` is a template over ``{node}`` (the first node of the
+    job, as Slurm names it) or ``interface:NAME`` (the IPv4 address of that interface on rank 0,
+    learnt at run time)."""
+
+    name: str
+    description: str
+    path: str  # file it was loaded from
+    content_hash: str  # sha256 of the file bytes
+    match: MatchRule = field(default_factory=MatchRule)
+    interfaces: tuple[str, ...] = ()
+    master_addr: str = "{node}"
+    port_range: tuple[int, int] = (20000, 29999)
+    backend: str = ""  # "" -> nccl with CUDA, gloo without
+    exports: tuple[tuple[str, str], ...] = ()  # sorted (name, value)
+    remove: tuple[str, ...] = ()  # extra host variables (fnmatch patterns) to remove
+    keep: tuple[str, ...] = ()  # host variables (fnmatch patterns) never removed
+    job: JobDefaults = field(default_factory=JobDefaults)

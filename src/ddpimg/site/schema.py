@@ -1,0 +1,161 @@
+"""The site-profile schema, written once as data: every key, its type, its domain, and where
+its value goes in :class:`~ddpimg.site.model.SiteProfile`.
+
+``SCHEMA`` maps dotted keys (``network.interfaces``) to a :class:`Key`. A key without a dot
+(``env``) is a whole section holding free-form entries. ``site-profiles/README.md`` documents
+the same keys for people; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ddpimg.site.master import check_master_template
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+MIN_PORT = 1024
+MAX_PORT = 65535
+
+
+def _is_int(value: object) -> bool:
+    # TOML booleans are Python bools, which are ints; a profile saying `true` meant no number.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_port_pair(value: object) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_is_int(item) for item in value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _to_tuple(value: Any) -> Any:
+    return tuple(value)
+
+
+def _to_sorted_items(value: Any) -> Any:
+    return tuple(sorted(value.items()))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A value type: its name in messages, how it is recognised, how it is stored.
+
+    ``entry`` is set for tables of free-form names; each entry is checked against it so an
+    error names the entry (``env.NCCL_IB_TIMEOUT``), not just the table.
+    """
+
+    name: str
+    accepts: Callable[[object], bool]
+    convert: Callable[[Any], Any] = _identity
+    entry: Kind | None = None
+
+
+STRING = Kind("a string", lambda value: isinstance(value, str))
+INTEGER = Kind("an integer", _is_int)
+STRING_LIST = Kind("a list of strings", _is_str_list, _to_tuple)
+PORT_PAIR = Kind("a list of two integers [low, high]", _is_port_pair, _to_tuple)
+STRING_TABLE = Kind(
+    'a table of strings (NAME = "value")',
+    lambda value: isinstance(value, dict),
+    _to_sorted_items,
+    entry=STRING,
+)
+
+
+def _valid_profile_name(value: str) -> str | None:
+    if not value:
+        return "it is empty"
+    if not _PROFILE_NAME.match(value):
+        return "use letters, digits, '.', '_' and '-' only, starting with a letter or digit"
+    return None
+
+
+def _no_empty_items(value: list[str]) -> str | None:
+    if any(not item.strip() for item in value):
+        return "it has an empty entry"
+    return None
+
+
+def _interface_names(value: list[str]) -> str | None:
+    # The names are joined with commas into NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
+    for item in value:
+        if not item or any(c.isspace() or c in ",=^" for c in item):
+            return f"'{item}' is not an interface name (no spaces, ',', '=' or '^')"
+    return None
+
+
+def _env_names(value: dict[str, str]) -> str | None:
+    for name in value:
+        if not _ENV_NAME.match(name):
+            return f"'{name}' is not an environment variable name"
+    return None
+
+
+def _port_range(value: list[int]) -> str | None:
+    low, high = value
+    if not MIN_PORT <= low <= high <= MAX_PORT:
+        return f"it needs {MIN_PORT} <= low <= high <= {MAX_PORT}"
+    return None
+
+
+def _at_least(minimum: int) -> Callable[[int], str | None]:
+    def check(value: int) -> str | None:
+        return f"it must be at least {minimum}" if value < minimum else None
+
+    return check
+
+
+@dataclass(frozen=True)
+class Key:
+    """One schema entry. ``target`` is the SiteProfile field it fills: ``name``,
+    ``match.<field>`` (MatchRule) or ``job.<field>`` (JobDefaults). ``check`` returns why a
+    well-typed value is still invalid, or None."""
+
+    kind: Kind
+    target: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    check: Callable[[Any], str | None] | None = None
+
+
+SCHEMA: dict[str, Key] = {
+    "site.name": Key(STRING, "name", required=True, check=_valid_profile_name),
+    "site.description": Key(STRING, "description"),
+    "match.hostnames": Key(STRING_LIST, "match.hostnames", check=_no_empty_items),
+    "match.slurm_cluster_names": Key(
+        STRING_LIST, "match.slurm_cluster_names", check=_no_empty_items
+    ),
+    "match.env": Key(STRING_TABLE, "match.env", check=_env_names),
+    "network.interfaces": Key(STRING_LIST, "interfaces", check=_interface_names),
+    "network.master_addr": Key(STRING, "master_addr", check=check_master_template),
+    "network.port_range": Key(PORT_PAIR, "port_range", check=_port_range),
+    "network.backend": Key(STRING, "backend", choices=("", "nccl", "gloo")),
+    "env": Key(STRING_TABLE, "exports", check=_env_names),
+    "clean.remove": Key(STRING_LIST, "remove", check=_no_empty_items),
+    "clean.keep": Key(STRING_LIST, "keep", check=_no_empty_items),
+    "job.gpus_per_node": Key(INTEGER, "job.gpus_per_node", check=_at_least(0)),
+    "job.gpu_type": Key(STRING, "job.gpu_type"),
+    "job.gpu_request": Key(STRING, "job.gpu_request", choices=("gres", "gpus-per-node")),
+    "job.cpus_per_task": Key(INTEGER, "job.cpus_per_task", check=_at_least(1)),
+    "job.partition": Key(STRING, "job.partition"),
+    "job.constraint": Key(STRING, "job.constraint"),
+    "job.binds": Key(STRING_LIST, "job.binds", check=_no_empty_items),
+}
+
+SECTIONS: tuple[str, ...] = tuple(sorted({dotted.split(".", 1)[0] for dotted in SCHEMA}))
+
+
+def section_keys(section: str) -> list[str]:
+    """The keys of ``section`` without the section prefix, sorted."""
+    prefix = f"{section}."
+    return sorted(dotted[len(prefix) :] for dotted in SCHEMA if dotted.startswith(prefix))
