@@ -1,0 +1,86 @@
+"""Which launcher started this process, and where the process sits in the job.
+
+``resolve_topology(env)`` is a pure function of an environment mapping (never os.environ, never
+torch). It asks each rank source in RANK_SOURCES, in order, whether it started the process;
+the first that answers yes resolves the topology, and its result passes the shared consistency
+check (``consistency.check_topology``) before it is returned.
+
+Detection order, most specific first:
+
+1. ``torchrun``: its workers also carry SLURM_* when torchrun runs inside ``srun``, and MPI
+   variables when it runs under ``mpirun``; the workers are torchrun's.
+2. ``openmpi``, ``mvapich``, ``mpich``, ``pals``, ``pmix``: inside a Slurm allocation ``mpirun``
+   leaves SLURM_* variables that describe its daemons, not the ranks. MVAPICH also sets
+   PMI_RANK (so it precedes MPICH), Open MPI also sets PMIX_RANK (so it precedes PMIx).
+3. ``slurm``: a task that ``srun`` started (SLURM_STEP_ID is set).
+4. ``single``: none of the above.
+
+One mistake is caught before ``single`` is chosen: ``train`` run once inside a batch script
+that asked for several tasks (SLURM_NTASKS > 1, no SLURM_STEP_ID). It would train alone while
+the allocation idles, so it is an error with the fix (``srun train ...``).
+"""
+
+from __future__ import annotations
+
+from ddpimg.errors import LauncherError
+from ddpimg.topology._env import parse_int
+from ddpimg.topology.hostlist import expand_hostlist
+from ddpimg.topology.model import Env, RankSource, Topology
+from ddpimg.topology.mpi import MPICH, MVAPICH, OPENMPI, PALS, PMIX
+from ddpimg.topology.port import derive_port
+from ddpimg.topology.single import SingleSource
+from ddpimg.topology.slurm import SlurmSource, in_slurm_step
+from ddpimg.topology.tasks import parse_tasks_per_node
+from ddpimg.topology.torchrun import TorchrunSource
+
+RANK_SOURCES: tuple[RankSource, ...] = (
+    TorchrunSource(),
+    OPENMPI,
+    MVAPICH,
+    MPICH,
+    PALS,
+    PMIX,
+    SlurmSource(),
+    SingleSource(),
+)
+
+
+def detect_source(env: Env) -> RankSource:
+    """The first rank source in RANK_SOURCES that recognises ``env`` (``single`` at worst)."""
+    return next(source for source in RANK_SOURCES if source.detect(env))
+
+
+def resolve_topology(env: Env) -> Topology:
+    """The topology of the process whose environment is ``env``.
+
+    Raises LauncherError (HostlistError for node lists) naming the variables and values when
+    they are missing, malformed or contradict each other.
+    """
+    source = detect_source(env)
+    if source.name == "single":
+        _refuse_bare_batch_script(env)
+    return source.resolve(env)
+
+
+def _refuse_bare_batch_script(env: Env) -> None:
+    """Refuse a multi-task batch allocation that runs the command once, outside srun."""
+    if "SLURM_JOB_ID" not in env or in_slurm_step(env) or "SLURM_NTASKS" not in env:
+        return
+    tasks = parse_int("SLURM_NTASKS", env["SLURM_NTASKS"], "slurm")
+    if tasks > 1:
+        raise LauncherError(
+            f"train was started once inside a batch script of {tasks} tasks "
+            f"(SLURM_NTASKS={tasks}, no SLURM_STEP_ID)",
+            "launch it with srun: srun train ... (or ask for a single task with --ntasks=1)",
+        )
+
+
+__all__ = [
+    "RANK_SOURCES",
+    "Topology",
+    "derive_port",
+    "detect_source",
+    "expand_hostlist",
+    "parse_tasks_per_node",
+    "resolve_topology",
+]

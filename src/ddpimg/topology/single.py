@@ -1,0 +1,53 @@
+"""One process, no launcher: a laptop, a CI job, a one-task batch script.
+
+Rank 0 of 1 on node 0 of 1. The host list is unknown and ``master_node`` is "", so the site
+profile's rule decides the rendezvous address (normally the loopback). An exported
+MASTER_ADDR / MASTER_PORT wins, as for every source.
+
+A WORLD_SIZE above 1 without any launcher's markers means a hand-made multi-process launch
+that ddpimg cannot place (which rank is this one?); it is refused rather than silently run
+as a single process.
+"""
+
+from __future__ import annotations
+
+from ddpimg.errors import LauncherError
+from ddpimg.topology._env import batch_job_id, read_master, read_optional_int
+from ddpimg.topology.consistency import check_topology
+from ddpimg.topology.model import Env, Topology
+
+NAME = "single"
+
+
+class SingleSource:
+    """No launcher: always detected, so it comes last in the detection order."""
+
+    name = NAME
+
+    def detect(self, env: Env) -> bool:
+        return True
+
+    def resolve(self, env: Env) -> Topology:
+        world_size = read_optional_int(env, "WORLD_SIZE", NAME)
+        if world_size is not None and world_size > 1:
+            raise LauncherError(
+                f"{NAME}: WORLD_SIZE={world_size} is set, but no launcher (torchrun, srun, "
+                "mpirun) started this process, so its rank is unknown",
+                "launch the processes with torchrun, srun or mpirun, or unset WORLD_SIZE "
+                "to run one process",
+            )
+        master = read_master(env, NAME)
+        topology = Topology(
+            source=NAME,
+            rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            num_nodes=1,
+            master_node=master.addr or "",
+            master_addr_explicit=master.addr is not None,
+            master_port=master.port,
+            job_id=batch_job_id(env),
+        )
+        return check_topology(topology, {}, env)
