@@ -1,0 +1,32 @@
+"""Engine markers: skip (or, in CI, fail) tests whose engine this machine lacks.
+
+The checks and the policy live in ``tests/engines/availability.py``. Set
+``DDPIMG_REQUIRE_ENGINES=1`` to make a missing engine a test failure (``.ci/run`` does);
+``gpu`` tests always skip without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.engines.availability import missing_reason, require_engines, verdict
+
+_REQUIRE = pytest.StashKey[bool]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        config.stash[_REQUIRE] = require_engines(os.environ)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    markers = [mark.name for mark in item.iter_markers()]
+    decision = verdict(markers, missing_reason, item.config.stash[_REQUIRE])
+    if decision.action == "skip":
+        pytest.skip(decision.reason)
+    if decision.action == "fail":
+        pytest.fail(decision.reason, pytrace=False)

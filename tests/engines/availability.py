@@ -1,0 +1,145 @@
+"""Which test engines this machine has, and what a test that needs a missing one does.
+
+Each engine marker (declared in pyproject.toml) has one availability check in ``CHECKS``.
+A check returns None when the engine is usable, else the reason it is not. The policy:
+
+- a test without engine markers always runs;
+- a test whose engines are all available runs;
+- otherwise it is skipped with the reason, unless ``DDPIMG_REQUIRE_ENGINES=1`` (CI), where
+  a missing engine fails the test with the same reason. ``gpu`` is the exception: CI never
+  has a GPU, so a missing GPU always skips.
+
+``verdict()`` is that policy as a pure function, so it is tested without the engines.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+REQUIRE_VARIABLE = "DDPIMG_REQUIRE_ENGINES"
+ALWAYS_MAY_SKIP = frozenset({"gpu"})
+_INSTALL_HINT = "run `bash tests/engines/install.sh` as root"
+_SBIN = "/usr/sbin:/sbin"
+
+
+def _missing_commands(*names: str) -> str | None:
+    missing = [name for name in names if shutil.which(name) is None]
+    if not missing:
+        return None
+    # Debian installs the daemons in /usr/sbin, which is not on a normal user's PATH.
+    if all(shutil.which(name, path=_SBIN) for name in missing):
+        return f"not on PATH: {', '.join(missing)} (found in {_SBIN}: add it to PATH)"
+    return f"not on PATH: {', '.join(missing)} ({_INSTALL_HINT})"
+
+
+def _import_fails(module: str) -> str | None:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        return f"`import {module}` failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _slurm() -> str | None:
+    return _missing_commands("slurmctld", "slurmd", "srun", "munged")
+
+
+def _mpi() -> str | None:
+    return _missing_commands("mpirun") or _import_fails("mpi4py")
+
+
+def _torchrun() -> str | None:
+    return _import_fails("torch")
+
+
+def _deepspeed() -> str | None:
+    if importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed (requirements/train.txt)"
+    return None
+
+
+def _docker() -> str | None:
+    if shutil.which("docker") is None:
+        return "not on PATH: docker"
+    try:
+        info = subprocess.run(
+            ["docker", "info"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 30 s"
+    if info.returncode != 0:
+        return f"`docker info` failed: {info.stderr.strip()[-300:]}"
+    return None
+
+
+def _multinode() -> str | None:
+    return _missing_commands("ip", "nsenter") or _slurm()
+
+
+def _gpu() -> str | None:
+    reason = _import_fails("torch")
+    if reason is not None:
+        return reason
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
+    return None
+
+
+CHECKS: Mapping[str, Callable[[], str | None]] = {
+    "slurm": _slurm,
+    "mpi": _mpi,
+    "torchrun": _torchrun,
+    "deepspeed": _deepspeed,
+    "docker": _docker,
+    "multinode": _multinode,
+    "gpu": _gpu,
+}
+
+
+@functools.cache
+def missing_reason(engine: str) -> str | None:
+    """Why ``engine`` is unusable here (None when usable); each check runs once."""
+    return CHECKS[engine]()
+
+
+def require_engines(env: Mapping[str, str]) -> bool:
+    """Whether a missing engine is a failure: ``DDPIMG_REQUIRE_ENGINES`` is 1 (unset: 0)."""
+    value = env.get(REQUIRE_VARIABLE, "0")
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"{REQUIRE_VARIABLE}={value!r}: expected 1 (missing engines fail tests) "
+            "or 0 (missing engines skip tests)"
+        )
+    return value == "1"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one test: run it, skip it or fail it, and why."""
+
+    action: Literal["run", "skip", "fail"]
+    reason: str = ""
+
+
+def verdict(markers: Iterable[str], missing: Callable[[str], str | None], require: bool) -> Verdict:
+    """Apply the policy to a test's marker names; ``missing`` is ``missing_reason``."""
+    reasons = {
+        name: reason
+        for name in dict.fromkeys(markers)
+        if name in CHECKS and (reason := missing(name)) is not None
+    }
+    if not reasons:
+        return Verdict("run")
+    text = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+    if require and not reasons.keys() <= ALWAYS_MAY_SKIP:
+        return Verdict("fail", f"{REQUIRE_VARIABLE}=1 but engines are missing: {text}")
+    return Verdict("skip", text)

@@ -1,0 +1,356 @@
+"""A private, real Slurm cluster on this machine, for the integration tests.
+
+``LocalSlurm(workdir)`` starts its own ``munged``, ``slurmctld`` and ``slurmd`` from a
+generated ``slurm.conf``: its own munge key and socket (``AuthInfo=socket=...``), free TCP
+ports picked at start, and every state, spool, log and pid path under ``workdir``. A system
+Slurm running on the same machine is neither used nor disturbed. Client commands (``srun``,
+``sbatch``, ``sinfo``) reach this cluster through the variables in ``LocalSlurm.env``.
+
+Choices that are not obvious:
+
+- The node has ``max(nproc, MIN_CPUS)`` CPUs and ``SlurmdParameters=config_overrides``:
+  the tests need ``srun -n 4`` on a 2-core machine. Partition oversubscription does not
+  help there, because it lets *jobs* share cores, while one job's tasks still need one CPU
+  each; ``config_overrides`` makes slurmd report the configured CPUs instead of draining
+  the node for "Low CPUs".
+- Node and controller addresses are 127.0.0.1, so the cluster works even where the
+  machine's hostname does not resolve.
+- The daemons run in the foreground (``-F`` / ``-D``), so the PIDs recorded here are the
+  daemons themselves; ``stop()`` signals exactly those and nothing found by name. They are
+  started through ``setpriv --pdeathsig TERM`` so that they receive SIGTERM when the
+  process that started them dies: a killed test run does not leave a cluster behind.
+- munged runs as root: munge 0.5.15 (Debian 12) accepts that. Its key, socket and seed
+  live in a fresh ``/tmp/ddpimg-munge-*`` directory (mode 0711), not under
+  ``workdir``: munged insists that every directory above its socket is executable by all
+  (pytest's temporary directories are 0700) and socket paths are limited to 107 bytes.
+  ``start()`` proves munge works with ``munge -n | unmunge`` on that socket.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+MIN_CPUS = 4
+PARTITION = "debug"
+STOP_WAIT_S = 10.0
+_POLL_S = 0.2
+_LOG_TAIL_LINES = 25
+# A daemon's stdout repeats its log file; only its last lines (a fatal error from before
+# the log file was opened) add anything.
+_STDOUT_TAIL_LINES = 6
+
+
+class LocalSlurmError(RuntimeError):
+    """The private cluster could not be started or used; the message has the log tails."""
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free on every address right now (held open together so they differ)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _total_memory_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    raise LocalSlurmError("/proc/meminfo has no MemTotal line")
+
+
+def _tail(path: Path, lines: int) -> str:
+    if not path.exists():
+        return f"--- {path}: (not written)"
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return f"--- {path} (last {len(text)} lines)\n" + "\n".join(text)
+
+
+def parse_mpi_plugins(output: str) -> tuple[str, ...]:
+    """Plugin names from ``srun --mpi=list``.
+
+    Slurm 22.05 prints an indented list of types and, for PMIx, a line
+    ``specific pmix plugin versions available: pmix_v4``; both kinds are returned.
+    """
+    names: list[str] = []
+    for line in output.splitlines():
+        if line[:1].isspace() and line.strip():
+            names.append(line.strip())
+        elif "versions available:" in line:
+            names.extend(re.split(r"[\s,]+", line.split(":", 1)[1].strip()))
+    return tuple(name for name in names if name)
+
+
+class LocalSlurm:
+    """A one-node Slurm cluster whose files live under ``workdir`` (munge's: see above)."""
+
+    def __init__(self, workdir: Path, *, cpus: int | None = None) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.node = socket.gethostname().split(".")[0]
+        self.cpus = cpus if cpus is not None else max(os.cpu_count() or 1, MIN_CPUS)
+        self.conf_path = self.workdir / "slurm.conf"
+        self.munge_dir: Path | None = None
+        self.mpi_plugins: tuple[str, ...] = ()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, Path] = {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables to add to a subprocess environment so Slurm commands use this cluster."""
+        return {"SLURM_CONF": str(self.conf_path)}
+
+    @property
+    def munge_socket(self) -> Path:
+        """The private munged's socket (exists only while started)."""
+        if self.munge_dir is None:
+            raise LocalSlurmError(f"LocalSlurm in {self.workdir} is not started")
+        return self.munge_dir / "munge.sock"
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """PIDs of the daemons started and not yet stopped, by daemon name."""
+        return {name: proc.pid for name, proc in self._procs.items()}
+
+    def client_env(self) -> dict[str, str]:
+        """This process's environment without outside Slurm variables, plus ``env``."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        return base | self.env
+
+    def __enter__(self) -> LocalSlurm:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 60) -> None:
+        """Start munged, slurmctld and slurmd; return once a one-task ``srun`` works."""
+        if self._procs:
+            raise LocalSlurmError(f"LocalSlurm in {self.workdir} is already started")
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._start_munge(deadline)
+            self._write_conf()
+            self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf_path)])
+            self._wait(deadline, "slurmctld answers scontrol ping", self._controller_up)
+            self._spawn("slurmd", ["slurmd", "-D", "-N", self.node, "-f", str(self.conf_path)])
+            self._wait(deadline, f"node {self.node} is idle", self._node_idle)
+            self._wait(deadline, "srun -n 1 true succeeds", self._srun_works)
+            listing = self._client(["srun", "--mpi=list"], deadline)
+            self.mpi_plugins = parse_mpi_plugins(listing.stdout + listing.stderr)
+        except BaseException as exc:
+            logs = "\n".join(
+                _tail(path, _STDOUT_TAIL_LINES if path.suffix == ".out" else _LOG_TAIL_LINES)
+                for path in self._logs.values()
+            )
+            self.stop()
+            if isinstance(exc, LocalSlurmError | subprocess.SubprocessError | OSError):
+                raise LocalSlurmError(f"{exc}\n{logs}") from exc
+            raise
+
+    def stop(self) -> None:
+        """Cancel this cluster's jobs, then stop the daemons it started (idempotent)."""
+        if "slurmctld" in self._procs and self._procs["slurmctld"].poll() is None:
+            self._cancel_all_jobs()
+        for name in reversed(list(self._procs)):
+            proc = self._procs.pop(name)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(STOP_WAIT_S)
+        if self.munge_dir is not None:
+            shutil.rmtree(self.munge_dir, ignore_errors=True)
+            self.munge_dir = None
+
+    def _start_munge(self, deadline: float) -> None:
+        self.munge_dir = Path(tempfile.mkdtemp(prefix="ddpimg-munge-"))
+        self.munge_dir.chmod(0o711)
+        key = self.munge_dir / "munge.key"
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(1024))
+        self._logs["munged"] = self.workdir / "log" / "munged.log"
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={self.munge_dir / 'munged.pid'}",
+                f"--log-file={self._logs['munged']}",
+                f"--seed-file={self.munge_dir / 'munged.seed'}",
+            ],
+        )
+        self._wait(deadline, "munge -n | unmunge works on the private socket", self._munge_works)
+
+    def _write_conf(self) -> None:
+        ctld_port, slurmd_port = _free_ports(2)
+        for sub in ("state", "spool", "log", "run"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        plugstack = self.workdir / "plugstack.conf"
+        plugstack.write_text("")
+        log = self.workdir / "log"
+        run = self.workdir / "run"
+        self._logs["slurmctld"] = log / "slurmctld.log"
+        self._logs["slurmd"] = log / "slurmd.log"
+        real_memory = max(_total_memory_mb() - 1024, 256)
+        settings = {
+            "ClusterName": "ddpimgtest",
+            "SlurmctldHost": f"{self.node}(127.0.0.1)",
+            "SlurmctldPort": ctld_port,
+            "SlurmdPort": slurmd_port,
+            "SlurmUser": "root",
+            "SlurmdUser": "root",
+            "AuthType": "auth/munge",
+            "CredType": "cred/munge",
+            "AuthInfo": f"socket={self.munge_socket}",
+            "StateSaveLocation": self.workdir / "state",
+            "SlurmdSpoolDir": self.workdir / "spool",
+            "SlurmctldPidFile": run / "slurmctld.pid",
+            "SlurmdPidFile": run / "slurmd.pid",
+            "SlurmctldLogFile": self._logs["slurmctld"],
+            "SlurmdLogFile": self._logs["slurmd"],
+            "SlurmctldDebug": "info",
+            "SlurmdDebug": "info",
+            "PlugStackConfig": plugstack,
+            "ProctrackType": "proctrack/linuxproc",
+            "TaskPlugin": "task/none",
+            "SwitchType": "switch/none",
+            "MpiDefault": "none",
+            "SelectType": "select/cons_tres",
+            "SelectTypeParameters": "CR_Core",
+            "SchedulerType": "sched/backfill",
+            "SlurmdParameters": "config_overrides",
+            "AccountingStorageType": "accounting_storage/none",
+            "JobAcctGatherType": "jobacct_gather/none",
+            "JobCompType": "jobcomp/none",
+            "ReturnToService": 2,
+            "KillWait": 5,
+            "InactiveLimit": 0,
+            "MailProg": "/bin/true",
+        }
+        lines = [f"{key}={value}" for key, value in settings.items()]
+        lines += [
+            f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} "
+            f"CPUs={self.cpus} RealMemory={real_memory} State=UNKNOWN",
+            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE "
+            "OverSubscribe=YES State=UP",
+        ]
+        self.conf_path.write_text("\n".join(lines) + "\n")
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        executable = shutil.which(argv[0])
+        if executable is None:
+            raise LocalSlurmError(f"{argv[0]} is not on PATH; run tests/engines/install.sh")
+        # setpriv sets the parent-death signal and then execs, so the PID stays the daemon's.
+        setpriv = ["setpriv", "--pdeathsig", "TERM", "--"]
+        out = self.workdir / "log" / f"{name}.out"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self._logs[f"{name} stdout"] = out
+        with out.open("ab") as handle:
+            self._procs[name] = subprocess.Popen(
+                [*setpriv, executable, *argv[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=self.client_env(),
+                start_new_session=True,
+            )
+
+    def _wait(self, deadline: float, what: str, probe: Callable[[float], str | None]) -> None:
+        """Poll ``probe`` until it reports nothing wrong; fail early if a daemon died.
+
+        A probe returns None when ready, else what it saw, for the timeout message.
+        """
+        while True:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise LocalSlurmError(
+                        f"{name} exited with status {proc.returncode} while waiting until {what}"
+                    )
+            seen = probe(deadline)
+            if seen is None:
+                return
+            if time.monotonic() > deadline:
+                raise LocalSlurmError(f"timed out waiting until {what}; last seen: {seen}")
+            time.sleep(_POLL_S)
+
+    def _client(
+        self, argv: list[str], deadline: float, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a client command against this cluster, bounded by ``deadline``."""
+        budget = max(deadline - time.monotonic(), 1.0)
+        return subprocess.run(
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.client_env(),
+            timeout=min(budget, 30.0),
+            check=False,
+        )
+
+    def _munge_works(self, deadline: float) -> str | None:
+        sock = f"--socket={self.munge_socket}"
+        cred = self._client(["munge", "--no-input", sock], deadline)
+        if cred.returncode != 0:
+            return f"munge: {cred.stderr.strip()}"
+        check = self._client(["unmunge", sock], deadline, stdin=cred.stdout)
+        return None if check.returncode == 0 else f"unmunge: {check.stderr.strip()}"
+
+    def _controller_up(self, deadline: float) -> str | None:
+        ping = self._client(["scontrol", "ping"], deadline)
+        if ping.returncode == 0 and "is UP" in ping.stdout:
+            return None
+        return (ping.stdout + ping.stderr).strip()
+
+    def _node_idle(self, deadline: float) -> str | None:
+        info = self._client(["sinfo", "--noheader", "-N", "-n", self.node, "-o", "%T"], deadline)
+        state = info.stdout.strip()
+        if state == "idle":
+            return None
+        # ReturnToService=2 brings back a node that was down for not responding, but not
+        # one drained by a previous registration; a trailing * means "not responding yet".
+        if state.startswith(("drain", "down")) and not state.endswith("*"):
+            self._client(["scontrol", "update", f"nodename={self.node}", "state=resume"], deadline)
+        return f"node state {state or info.stderr.strip()!r}"
+
+    def _srun_works(self, deadline: float) -> str | None:
+        step = self._client(["srun", "-n", "1", "true"], deadline)
+        return None if step.returncode == 0 else step.stderr.strip()
+
+    def _cancel_all_jobs(self) -> None:
+        """Cancel every job so no slurmstepd outlives slurmd (bounded wait)."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        try:
+            self._client(["scancel", f"--user={os.getuid()}"], deadline)
+            while time.monotonic() < deadline:
+                queue = self._client(["squeue", "--noheader", "-o", "%i"], deadline)
+                if queue.returncode != 0 or not queue.stdout.strip():
+                    return
+                time.sleep(_POLL_S)
+        except subprocess.TimeoutExpired:
+            return

@@ -1,0 +1,58 @@
+"""Fixtures for tests that run real launchers: a private Slurm cluster and clean environments.
+
+``run_env`` is the base environment for every subprocess: this process's variables minus
+anything an outer launcher set (``SLURM_*``, ``OMPI_*``, ``PMI*``), so that running the
+tests inside an allocation does not leak a foreign topology into them, plus what running
+Open MPI as root on a small machine needs. ``slurm_env`` adds the private cluster's
+``SLURM_CONF``. Both are session-scoped: derive from them (``run_env | {...}``), do not
+mutate them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.engines.availability import missing_reason, require_engines, verdict
+from tests.engines.slurm import LocalSlurm
+
+OUTSIDE_PREFIXES = ("SLURM_", "OMPI_", "PMI")
+RUN_DEFAULTS = {
+    # The test machines run as root, which Open MPI refuses unless told twice.
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    # Tests start up to 4 ranks on 2 cores.
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@pytest.fixture(scope="session")
+def run_env() -> dict[str, str]:
+    """Base subprocess environment; the test interpreter's bin directory comes first on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(OUTSIDE_PREFIXES)}
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+    return env | RUN_DEFAULTS
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
+    """A private one-node Slurm cluster for the whole session, stopped at its end."""
+    decision = verdict(["slurm"], missing_reason, require_engines(os.environ))
+    if decision.action == "skip":
+        pytest.skip(decision.reason)
+    if decision.action == "fail":
+        pytest.fail(decision.reason, pytrace=False)
+    with LocalSlurm(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_env(run_env: dict[str, str], slurm_cluster: LocalSlurm) -> dict[str, str]:
+    """``run_env`` with the private cluster's variables: srun/sbatch reach that cluster."""
+    return run_env | slurm_cluster.env
