@@ -1,0 +1,7 @@
+"""``python -m ddpimg``: the same as the ``ddpimg`` command."""
+
+import sys
+
+from ddpimg.cli import main
+
+sys.exit(main())

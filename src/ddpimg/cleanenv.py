@@ -1,0 +1,128 @@
+"""Which host variables the training process must not inherit.
+
+A job started from a login shell carries the host's module system, its Python, conda and
+library paths. Inside a container (or a clean venv) they break imports and dynamic linking:
+LD_LIBRARY_PATH pulls in the host's libstdc++ or libnccl, PYTHONPATH shadows the image's
+torch. LD_* and PYTHON* act when a process starts, so the entrypoint computes this once and
+re-executes itself without them before importing anything heavy.
+
+Launcher and device variables (SLURM_*, PMI*, OMPI_*, *_VISIBLE_DEVICES, NCCL_*) are always kept;
+so is anything the profile exports or the user names in ``--keep-env`` / ``DDPIMG_KEEP_ENV``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+# fnmatch patterns of host variables removed by default.
+DEFAULT_REMOVE: tuple[str, ...] = (
+    # Environment Modules / Lmod, including the shell functions bash exports for `module`.
+    "LOADEDMODULES",
+    "MODULEPATH",
+    "MODULEPATH_*",
+    "MODULESHOME",
+    "MODULES_*",
+    "MODULE_VERSION*",
+    "LMOD_*",
+    "__LMOD_*",
+    "_LMFILES_",
+    "_ModuleTable*",
+    "BASH_FUNC_module*",
+    "BASH_FUNC_ml*",
+    # Dynamic linking from the host.
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    # The host's Python.
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONSTARTUP",
+    "VIRTUAL_ENV",
+    "VIRTUAL_ENV_PROMPT",
+    "CONDA_*",
+    "_CE_CONDA",
+    "_CE_M",
+)
+
+# Never removed, whatever a pattern above or in a profile says.
+ALWAYS_KEEP: tuple[str, ...] = (
+    "SLURM_*",
+    "SLURMD_*",
+    "PMI*",
+    "PMIX_*",
+    "OMPI_*",
+    "MV2_*",
+    "PALS_*",
+    "*_VISIBLE_DEVICES",
+    "NCCL_*",
+    "DDPIMG_*",
+)
+
+# Library directories that belong to the container runtime, not to the host: Apptainer's
+# `--nv` binds the host driver into /.singularity.d/libs and puts that on LD_LIBRARY_PATH;
+# CUDA base images put the NVIDIA container toolkit's directories there. Dropping them would
+# lose libcuda.
+RUNTIME_LIBRARY_DIRS: tuple[str, ...] = (
+    "/.singularity.d/libs",
+    "/usr/local/nvidia/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/cuda/compat",
+)
+
+
+@dataclass(frozen=True)
+class CleanEnvironment:
+    """The outcome: names to remove, and variables whose value is rewritten."""
+
+    removed: tuple[str, ...]  # sorted; includes LD_LIBRARY_PATH when any host entry was dropped
+    rewritten: tuple[tuple[str, str], ...]  # e.g. LD_LIBRARY_PATH reduced to runtime dirs
+
+    def apply(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A new environment without the removed variables and with the rewritten ones."""
+        cleaned = {k: v for k, v in env.items() if k not in self.removed}
+        cleaned.update(self.rewritten)
+        return cleaned
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _runtime_library_path(value: str) -> str:
+    kept = [
+        entry
+        for entry in value.split(":")
+        if entry
+        and any(entry.rstrip("/") == d or entry.startswith(d + "/") for d in RUNTIME_LIBRARY_DIRS)
+    ]
+    return ":".join(kept)
+
+
+def parse_keep_list(value: str) -> tuple[str, ...]:
+    """``DDPIMG_KEEP_ENV``: comma- or whitespace-separated names or fnmatch patterns."""
+    return tuple(p for p in value.replace(",", " ").split() if p)
+
+
+def clean_environment(
+    env: Mapping[str, str],
+    extra_remove: Iterable[str] = (),
+    keep: Iterable[str] = (),
+) -> CleanEnvironment:
+    """Decide which host variables the training process loses. Pure."""
+    remove_patterns = DEFAULT_REMOVE + tuple(extra_remove)
+    keep_patterns = ALWAYS_KEEP + tuple(keep)
+    removed: list[str] = []
+    rewritten: list[tuple[str, str]] = []
+    for name in sorted(env):
+        if _matches(name, keep_patterns) or not _matches(name, remove_patterns):
+            continue
+        if name == "LD_LIBRARY_PATH":
+            kept = _runtime_library_path(env[name])
+            if kept == env[name]:
+                continue  # nothing from the host on it
+            if kept:
+                rewritten.append((name, kept))
+        removed.append(name)
+    return CleanEnvironment(removed=tuple(removed), rewritten=tuple(rewritten))

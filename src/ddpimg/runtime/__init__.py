@@ -1,0 +1,132 @@
+"""The only layer that touches the process: applies the plan, binds the device, meets the
+other ranks and initialises torch.distributed. Imports torch lazily."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ddpimg.errors import LauncherError, ProfileError
+from ddpimg.plan import LaunchPlan, short_hostname
+from ddpimg.runtime.context import DistContext
+from ddpimg.runtime.device import bind_device, default_backend
+from ddpimg.runtime.interfaces import interface_names, missing_interfaces
+from ddpimg.runtime.mpi_master import broadcast_master_address
+from ddpimg.runtime.rendezvous import join, open_store
+
+if TYPE_CHECKING:
+    import torch
+
+MPI_SOURCES = ("openmpi", "mpich", "pmix", "mvapich", "pals")
+
+
+def check_interfaces(plan: LaunchPlan) -> None:
+    """Fail early and clearly when the profile names an interface this host lacks (Gloo and
+    NCCL would otherwise fail inside init with a bare 'no such device')."""
+    missing = missing_interfaces(plan.site.interfaces)
+    if missing:
+        raise ProfileError(
+            f"site profile {plan.site.name} ({plan.site.path}) names network interface(s) "
+            f"{', '.join(missing)} for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME, but host "
+            f"{short_hostname()} has only: {', '.join(interface_names())}",
+            hint="pick the right profile with --site, or fix network.interfaces in it",
+        )
+
+
+def apply_plan(plan: LaunchPlan) -> str:
+    """Export the plan into this process's environment; returns the master address, asking
+    rank 0 over MPI when the launcher gave no host list."""
+    os.environ.update(dict(plan.exports))
+    master = plan.master_addr
+    if not master:
+        if plan.topology.source not in MPI_SOURCES:
+            raise LauncherError(
+                f"site profile {plan.site.name}: network.master_addr={plan.site.master_addr!r} "
+                "can only be resolved by rank 0 over MPI, but this is a "
+                f"{plan.topology.source} job",
+                hint="use a '{node}' template in the profile, or export MASTER_ADDR",
+            )
+        master = broadcast_master_address(plan.site, short_hostname())
+        os.environ["MASTER_ADDR"] = master
+    return master
+
+
+def rendezvous_port(plan: LaunchPlan) -> int:
+    """The plan's port, except for a job on this machine alone with no port given: there a
+    free port is taken, so two local runs on one laptop do not collide."""
+    topo = plan.topology
+    if topo.source != "single" or topo.master_port is not None:
+        return plan.master_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def initialize(
+    plan: LaunchPlan,
+    backend: str = "",
+    timeout_s: float = 600.0,
+    device: torch.device | None = None,
+) -> DistContext:
+    """Apply the plan, bind the device (unless one is given), join, and initialise the default
+    process group."""
+    import torch.distributed as dist
+    from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public re-export
+
+    topo = plan.topology
+    check_interfaces(plan)
+    master = apply_plan(plan)
+    if device is None:
+        device = bind_device(topo.local_rank, topo.local_world_size)
+    chosen = default_backend(device, backend or plan.site.backend)
+    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    port = rendezvous_port(plan)
+    store = open_store(master, port, topo.rank, timeout_s, use_agent_store)
+    join(
+        store,
+        rank=topo.rank,
+        world_size=topo.world_size,
+        hostname=short_hostname(),
+        timeout_s=timeout_s,
+        host_of_rank=topo.host_of_rank,
+    )
+    dist.init_process_group(
+        backend=chosen,
+        store=PrefixStore("ddpimg/pg", store),
+        rank=topo.rank,
+        world_size=topo.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    run_info = plan.to_json() | {
+        "master_addr": master,
+        "master_port": port,
+        "backend": chosen,
+        "device": str(device),
+    }
+    return DistContext(
+        rank=topo.rank,
+        world_size=topo.world_size,
+        local_rank=topo.local_rank,
+        local_world_size=topo.local_world_size,
+        node_rank=topo.node_rank,
+        num_nodes=topo.num_nodes,
+        device=device,
+        backend=chosen,
+        timeout_s=timeout_s,
+        run_info=run_info,
+    )
+
+
+def shutdown(finished: bool = True) -> None:
+    """Tear the process group down. After a finished run all ranks first meet in a barrier, so
+    no rank closes its connections while a peer is still using them (Gloo aborts the process
+    when a peer vanishes mid-operation)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    if finished:
+        dist.barrier()
+    dist.destroy_process_group()

@@ -1,0 +1,146 @@
+"""Meeting of the ranks: a join check over the rendezvous store, then the process group.
+
+``init_process_group`` alone hangs until its timeout when a rank never starts, and then says
+only "timed out". Before it, every rank checks in on the TCP store under its rank with its
+host name; rank 0 waits (bounded) until all have, reporting progress, and publishes a verdict.
+When ranks are missing at the deadline rank 0 names them and their hosts, and every rank that
+did arrive exits non-zero. The same store then backs the process group, so one port is used.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ddpimg.errors import RendezvousError
+
+if TYPE_CHECKING:
+    # The public name torch.distributed.Store is a re-export mypy does not see.
+    from torch._C._distributed_c10d import Store
+
+JOINED_COUNTER = "ddpimg/joined"
+JOIN_KEY = "ddpimg/join/{rank}"
+VERDICT_KEY = "ddpimg/verdict"
+VERDICT_OK = "ok"
+PROGRESS_EVERY_S = 30.0
+
+
+def open_store(
+    master_addr: str,
+    master_port: int,
+    rank: int,
+    timeout_s: float,
+    use_agent_store: bool,
+) -> Store:
+    """Rank 0 hosts the store (unless torchrun's agent already does); others connect."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public, re-exported
+
+    is_server = rank == 0 and not use_agent_store
+    try:
+        return TCPStore(
+            master_addr,
+            master_port,
+            is_master=is_server,
+            timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
+    except Exception as err:  # TCPStore raises DistNetworkError / DistStoreError / RuntimeError
+        if is_server:
+            raise RendezvousError(
+                f"rank 0 could not open the rendezvous store on port {master_port}: {err}",
+                hint="another job may use that port: export MASTER_PORT=<free port> or "
+                "change the profile's network.port_range",
+            ) from err
+        raise RendezvousError(
+            f"rank {rank} could not reach rank 0's rendezvous store at {master_addr}:"
+            f"{master_port} within {timeout_s:g} s: {err}",
+            hint="rank 0 never started, or MASTER_ADDR is not reachable from this node (wrong "
+            "interface or name); check `ddpimg env --explain` and the site profile's "
+            "network.master_addr",
+        ) from err
+
+
+def describe_missing(missing: list[int], host_of_rank: Callable[[int], str | None]) -> str:
+    """'ranks 2, 3 (host node2)' — grouped by host, hosts unknown when the launcher hides them."""
+    by_host: dict[str, list[int]] = {}
+    for rank in missing:
+        by_host.setdefault(host_of_rank(rank) or "host unknown", []).append(rank)
+    parts = []
+    for host, ranks in by_host.items():
+        label = "rank" if len(ranks) == 1 else "ranks"
+        where = host if host == "host unknown" else f"host {host}"
+        parts.append(f"{label} {', '.join(map(str, ranks))} ({where})")
+    return "; ".join(parts)
+
+
+def join(
+    store: Store,
+    *,
+    rank: int,
+    world_size: int,
+    hostname: str,
+    timeout_s: float,
+    host_of_rank: Callable[[int], str | None],
+) -> None:
+    """Check in, and on rank 0 wait for everyone. Raises RendezvousError on every arrived rank
+    when someone is missing at the deadline."""
+    store.set(JOIN_KEY.format(rank=rank), hostname)
+    store.add(JOINED_COUNTER, 1)
+    if rank == 0:
+        verdict = _wait_for_all(store, world_size, timeout_s, host_of_rank)
+        store.set(VERDICT_KEY, verdict)
+    else:
+        try:
+            store.wait([VERDICT_KEY], timedelta(seconds=timeout_s + 30))
+        except Exception as err:
+            raise RendezvousError(
+                f"rank {rank} got no word from rank 0 within {timeout_s + 30:g} s: {err}",
+                hint="rank 0 may have died; see its log",
+            ) from err
+        verdict = store.get(VERDICT_KEY).decode()
+    if verdict != VERDICT_OK:
+        raise RendezvousError(verdict, hint=_MISSING_HINT)
+
+
+_MISSING_HINT = (
+    "look at those ranks' logs: a node that failed to start the container, a wrong "
+    "MASTER_ADDR for that node's network, or a task that crashed before the rendezvous"
+)
+
+
+def _wait_for_all(
+    store: Store,
+    world_size: int,
+    timeout_s: float,
+    host_of_rank: Callable[[int], str | None],
+) -> str:
+    start = time.monotonic()
+    deadline = start + timeout_s
+    next_report = start + PROGRESS_EVERY_S
+    delay = 0.01
+    while True:
+        joined = store.add(JOINED_COUNTER, 0)
+        if joined >= world_size:
+            return VERDICT_OK
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if now >= next_report:
+            print(
+                f"ddpimg: rendezvous: {joined}/{world_size} ranks joined after "
+                f"{now - start:.0f} s (deadline {timeout_s:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            next_report += PROGRESS_EVERY_S
+        time.sleep(min(delay, max(deadline - now, 0.0)))
+        delay = min(delay * 2, 0.5)
+    missing = [r for r in range(world_size) if not store.check([JOIN_KEY.format(rank=r)])]
+    return (
+        f"{len(missing)} of {world_size} ranks never joined the rendezvous within "
+        f"{timeout_s:g} s: {describe_missing(missing, host_of_rank)}"
+    )

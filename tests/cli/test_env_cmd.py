@@ -1,0 +1,81 @@
+"""`ddpimg env` as a user runs it: a subprocess with a real environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BASE = {
+    k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "DDPIMG_"))
+}
+
+
+def ddpimg(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddpimg", *args],
+        env=BASE | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_env_json_under_a_simulated_srun_step() -> None:
+    step = {
+        "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "8", "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_NODELIST": "della-l[01-02]", "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+    }  # fmt: skip
+    proc = ddpimg("env", "--json", "--site", "della", env=step)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["source"], data["rank"], data["world_size"], data["node_rank"]) == (
+        "slurm",
+        5,
+        8,
+        1,
+    )
+    assert data["master_addr"] == "della-l01"
+    assert data["site"] == "della"
+
+
+def test_env_never_imports_torch() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ddpimg", "env", "--json"],
+        env=BASE, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
+    assert "ddpimg.plan" in imported  # the check below would be empty if importtime changed
+    assert not [
+        name for name in imported if name.split(".")[0] in {"torch", "numpy", "deepspeed", "mpi4py"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, [], "srun"),
+        ({}, ["--site", "atlantis"], "atlantis"),
+        ({"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_PROCID": "x"}, [], "SLURM_PROCID"),
+    ],
+)
+def test_errors_exit_2_with_one_ddpimg_error_message(
+    env: dict[str, str], args: list[str], message: str
+) -> None:
+    proc = ddpimg("env", "--json", *args, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ddpimg: error:")
+    assert message in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_explain_says_how_master_was_chosen() -> None:
+    proc = ddpimg("env", "--explain", "--site", "local")
+    assert proc.returncode == 0, proc.stderr
+    assert "MASTER_ADDR=127.0.0.1" in proc.stdout

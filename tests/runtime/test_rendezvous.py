@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ddpimg.errors import RendezvousError
+from ddpimg.runtime.rendezvous import describe_missing, join
+
+torch_distributed = pytest.importorskip("torch.distributed")
+
+
+def hosts(rank: int) -> str | None:
+    return {0: "n1", 1: "n1", 2: "n2", 3: "n2"}.get(rank)
+
+
+@pytest.mark.parametrize(
+    ("missing", "expected"),
+    [
+        ([3], "rank 3 (host n2)"),
+        ([2, 3], "ranks 2, 3 (host n2)"),
+        ([1, 2], "rank 1 (host n1); rank 2 (host n2)"),
+        ([7], "rank 7 (host unknown)"),
+    ],
+)
+def test_missing_ranks_are_grouped_by_host(missing: list[int], expected: str) -> None:
+    assert describe_missing(missing, hosts) == expected
+
+
+def test_everyone_joins() -> None:
+    store = torch_distributed.HashStore()
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            join(store, rank=r, world_size=3, hostname=f"h{r}", timeout_s=10, host_of_rank=hosts)
+        except BaseException as err:  # collected and asserted below
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+
+
+def test_rank_0_names_who_never_came_and_the_others_learn_it() -> None:
+    store = torch_distributed.HashStore()
+    seen: dict[int, str] = {}
+
+    def rank(r: int) -> None:
+        try:
+            join(store, rank=r, world_size=4, hostname=f"h{r}", timeout_s=0.5, host_of_rank=hosts)
+        except RendezvousError as err:
+            seen[r] = str(err)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert set(seen) == {0, 1}
+    assert seen[0].startswith(
+        "2 of 4 ranks never joined the rendezvous within 0.5 s: ranks 2, 3 (host n2)"
+    )
+    assert seen[1] == seen[0]
