@@ -1,0 +1,56 @@
+"""The bundled trainers: ``run_training`` is what ``train`` calls once the runtime has
+initialised torch.distributed. Importing this package does not import torch."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ddpimg.errors import DdpimgError
+
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+
+__all__ = ["run_training"]
+
+
+def run_training(config: TrainConfig, ctx: DistContext) -> int:
+    """Train ``config.trainer`` with ``config.strategy`` in the initialised world ``ctx``.
+
+    Returns 0 when the run completed. Errors propagate (a DdpimgError for user errors, to be
+    reported as ``ddpimg: error:`` with exit status 2) after rank 0 recorded the failure and
+    its exit status in manifest.json.
+    """
+    from ddpimg.train.loop import train
+    from ddpimg.train.outputs import RunRecorder
+    from ddpimg.train.strategies import STRATEGIES
+    from ddpimg.train.tasks import TASKS
+
+    config.per_rank_batch(ctx.world_size)  # fails before anything is written
+    task = TASKS[config.trainer](config)
+    strategy = STRATEGIES[config.strategy](config, ctx)
+    recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr) if ctx.is_main else None
+    try:
+        summary = train(config, ctx, task, strategy, recorder)
+    except BaseException as err:
+        if recorder is not None:
+            recorder.finish(*_failure(err))
+        raise
+    if recorder is not None:
+        recorder.summary(summary.to_json())
+        recorder.finish("completed", 0)
+    return 0
+
+
+def _failure(err: BaseException) -> tuple[str, int, str]:
+    """Status, exit status and message that manifest.json records for a failed run."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted", 130, "interrupted"
+    if isinstance(err, DdpimgError):
+        return "failed", 2, str(err)
+    if isinstance(err, SystemExit):
+        code = err.code if isinstance(err.code, int) else 1
+        return "failed", code, f"exit {err.code}"
+    return "failed", 1, f"{type(err).__name__}: {err}"

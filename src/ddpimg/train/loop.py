@@ -1,0 +1,215 @@
+"""The training loop, written once for every trainer and strategy.
+
+Per step: this rank's slice of the global batch, forward (with GlobalBatchDropout told where
+the slice sits), mean loss over the slice, backward and optimizer step through the
+strategy. The loss that is reported is the mean over the whole global batch: the ranks'
+sums of per-sample losses, all-reduced, over the global batch size. That reduction, and
+with it the only host synchronisation of the step, happens at log points only.
+
+After each epoch: a sharded evaluation whose loss and correct-prediction sums are
+all-reduced, so the mean loss and accuracy are those of the whole evaluation set. With
+``--max-steps`` the loop stops at that step and still evaluates the current epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from ddpimg.errors import DataError
+from ddpimg.train.dropout import BatchPosition, DropoutContext
+from ddpimg.train.seeding import configure_reproducibility
+from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.outputs import RunRecorder
+    from ddpimg.train.strategies.base import Strategy
+    from ddpimg.train.tasks.base import Dataset, Task
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The totals of a run (the ``summary`` line of metrics.jsonl). ``elapsed_s`` is the
+    wall time of the loop, evaluations included; ``samples_per_s`` counts training time
+    only."""
+
+    steps: int
+    epochs: int
+    final_loss: float
+    eval_loss: float
+    eval_accuracy: float
+    elapsed_s: float
+    samples_per_s: float
+    world_size: int
+    global_batch_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def train(
+    config: TrainConfig,
+    ctx: DistContext,
+    task: Task,
+    strategy: Strategy,
+    recorder: RunRecorder | None,
+) -> Summary:
+    """Train ``task`` with ``strategy``; ``recorder`` is rank 0's (None elsewhere)."""
+    device = ctx.device
+    configure_reproducibility(config.seed, config.deterministic, device, os.environ)
+    train_set, eval_set = task.load(device)
+    shard = TrainShard(
+        len(train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
+    )
+    if shard.steps_per_epoch == 0:
+        raise DataError(
+            f"{len(train_set)} training samples do not fill one global batch of "
+            f"{shard.global_batch} ({shard.per_rank} per rank x {ctx.world_size} ranks)",
+            hint="lower --batch-size / --global-batch-size, or raise --train-samples",
+        )
+    total_steps = config.epochs * shard.steps_per_epoch
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+
+    dropout = DropoutContext(config.seed)
+    model = task.build_model(dropout).to(device)
+    optimizer = task.make_optimizer(model)
+    wrapped = strategy.wrap(model, optimizer)
+    scheduler = task.make_scheduler(optimizer)
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        if config.precision == "bf16":
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    if recorder is not None:
+        recorder.begin(total_steps)
+    clock = _Clock()
+    step, epoch = 0, 0
+    local_sum = torch.zeros((), dtype=torch.float64, device=device)
+    logged: tuple[int, float] | None = None
+    eval_loss = eval_accuracy = float("nan")
+    while step < total_steps:
+        epoch += 1
+        wrapped.train()
+        order = epoch_order(len(train_set), config.seed, epoch).to(device)
+        for index in range(min(shard.steps_per_epoch, total_steps - step)):
+            step += 1
+            inputs, targets = train_set.batch(shard.rows(order, index))
+            dropout.position = BatchPosition(step, shard.offset, shard.global_batch)
+            with autocast():
+                output = wrapped(inputs)
+            losses = task.loss(output, targets)
+            strategy.backward(losses.mean())
+            strategy.step()
+            strategy.zero_grad()
+            local_sum = losses.detach().double().sum()
+            if step % config.log_every == 0:
+                logged = (step, _global_mean(local_sum, shard.global_batch))
+                rate = clock.samples_per_s(step * shard.global_batch)
+                if recorder is not None:
+                    recorder.train(epoch, step, logged[1], rate, clock.elapsed())
+            if recorder is not None:
+                recorder.step(step, epoch)
+
+        _synchronize(device)
+        with clock.excluded():
+            eval_loss, eval_accuracy = evaluate(wrapped, task, eval_set, ctx, autocast)
+            if recorder is not None:
+                recorder.eval(epoch, eval_loss, eval_accuracy)
+            scheduler.step()
+
+    if logged is not None and logged[0] == step:
+        final_loss = logged[1]
+    else:
+        final_loss = _global_mean(local_sum, shard.global_batch)
+    return Summary(
+        steps=step,
+        epochs=epoch,
+        final_loss=final_loss,
+        eval_loss=eval_loss,
+        eval_accuracy=eval_accuracy,
+        elapsed_s=clock.elapsed(),
+        samples_per_s=clock.overall_samples_per_s(step * shard.global_batch),
+        world_size=ctx.world_size,
+        global_batch_size=shard.global_batch,
+    )
+
+
+class _Clock:
+    """Wall time since training started, and training throughput with evaluation time left
+    out. Read only at host synchronisation points (log points, epoch ends), where the
+    device has caught up with the queued work."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.excluded_s = 0.0
+        self._mark_time, self._mark_samples = self.started, 0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def samples_per_s(self, samples: int) -> float:
+        """Throughput since the previous call, ``samples`` counting from the start."""
+        now = time.perf_counter()
+        rate = (samples - self._mark_samples) / max(now - self._mark_time, 1e-9)
+        self._mark_time, self._mark_samples = now, samples
+        return rate
+
+    def overall_samples_per_s(self, samples: int) -> float:
+        return samples / max(self.elapsed() - self.excluded_s, 1e-9)
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - begin
+            self.excluded_s += spent
+            self._mark_time += spent
+
+
+def evaluate(
+    model: nn.Module,
+    task: Task,
+    eval_set: Dataset,
+    ctx: DistContext,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> tuple[float, float]:
+    """Mean loss and accuracy over the whole evaluation set, each rank doing its shard."""
+    model.eval()
+    shard = EvalShard(len(eval_set), task.eval_batch_size, ctx.rank, ctx.world_size)
+    totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
+    with torch.no_grad():
+        for rows in shard.batches():
+            inputs, targets = eval_set.batch(slice(rows.start, rows.stop))
+            with autocast():
+                output = model(inputs)
+            totals[0] += task.loss(output, targets).double().sum()
+            totals[1] += task.correct(output, targets)
+    dist.all_reduce(totals)
+    loss_sum, correct = totals.tolist()
+    return loss_sum / len(eval_set), correct / len(eval_set)
+
+
+def _global_mean(local_sum: torch.Tensor, global_batch: int) -> float:
+    total = local_sum.clone()
+    dist.all_reduce(total)
+    return float(total.item()) / global_batch
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

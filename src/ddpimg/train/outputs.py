@@ -1,0 +1,190 @@
+"""What rank 0 writes into ``--out``: ``metrics.jsonl`` and ``manifest.json``.
+
+``metrics.jsonl`` gets one JSON object a line, each written whole and flushed, so a crashed
+run leaves only complete lines behind; a new run replaces the file. ``manifest.json`` is
+written when the run starts (status "running") and replaced atomically at the end (write a
+temporary file, fsync, rename) with the final status and exit status, so readers never see
+a half-written manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import ddpimg
+from ddpimg.errors import DdpimgError
+from ddpimg.train.progress import Progress
+
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+
+METRICS = "metrics.jsonl"
+MANIFEST = "manifest.json"
+BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
+BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace ``path`` with ``data`` as JSON so that it is either the old or the new file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temporary.open("w", encoding="utf-8") as stream:
+        json.dump(data, stream, indent=2, sort_keys=True)
+        stream.write("\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+    # The rename itself is durable only once the directory is synced.
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The image's build info (JSON) from ``$DDPIMG_BUILD_INFO`` or the image's default
+    path; None outside the image. Never fails: an unreadable file is recorded as an error."""
+    path = Path(env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT)
+    if not path.is_file():
+        return None
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return {"path": str(path), "error": f"unreadable: {err}"}
+    if not isinstance(content, dict):
+        return {
+            "path": str(path),
+            "error": f"expected a JSON object, found {type(content).__name__}",
+        }
+    return content
+
+
+def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
+    """Versions of everything that decides the numbers a run produces."""
+    import torch
+
+    nccl: str | None = None
+    if torch.distributed.is_nccl_available():
+        try:
+            nccl = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+        except (RuntimeError, AttributeError, TypeError):
+            nccl = None
+    try:
+        deepspeed: str | None = metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        deepspeed = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "deepspeed": deepspeed,
+        "ddpimg": ddpimg.__version__,
+        "image": read_build_info(env),
+    }
+
+
+class MetricsWriter:
+    """``metrics.jsonl``: one JSON object a line, flushed line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stream = path.open("w", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._stream.write(json.dumps(record) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class RunRecorder:
+    """Rank 0's outputs for one run: metrics, manifest and progress."""
+
+    def __init__(self, out: Path, manifest: dict[str, Any], progress: Progress) -> None:
+        self.out = out
+        self.manifest = manifest
+        self.progress = progress
+        self.metrics = MetricsWriter(out / METRICS)
+        write_json_atomic(out / MANIFEST, manifest)
+
+    @classmethod
+    def start(
+        cls, config: TrainConfig, ctx: DistContext, env: Mapping[str, str], stream: TextIO
+    ) -> RunRecorder:
+        """Create ``--out`` and write the "running" manifest."""
+        manifest = {
+            "status": "running",
+            "exit_status": None,
+            "started_utc": utc_now(),
+            "ended_utc": None,
+            "seed": config.seed,
+            "arguments": config.to_json(),
+            "distributed": {
+                "world_size": ctx.world_size,
+                "num_nodes": ctx.num_nodes,
+                "local_world_size": ctx.local_world_size,
+                "backend": ctx.backend,
+                "device": str(ctx.device),
+            },
+            "run_info": ctx.run_info,
+            "versions": collect_versions(env),
+        }
+        try:
+            config.out.mkdir(parents=True, exist_ok=True)
+            return cls(config.out, manifest, Progress(stream))
+        except OSError as err:
+            raise DdpimgError(
+                f"--out {config.out}: cannot write there ({err.strerror}: {err.filename})",
+                hint="choose a writable directory with --out",
+            ) from err
+
+    def begin(self, total_steps: int) -> None:
+        self.progress.begin(total_steps)
+
+    def step(self, step: int, epoch: int) -> None:
+        self.progress.step(step, epoch)
+
+    def train(
+        self, epoch: int, step: int, loss: float, samples_per_s: float, elapsed_s: float
+    ) -> None:
+        self.metrics.write(
+            {
+                "kind": "train",
+                "epoch": epoch,
+                "step": step,
+                "loss": loss,
+                "samples_per_s": samples_per_s,
+                "elapsed_s": elapsed_s,
+            }
+        )
+        self.progress.train(step, epoch, loss, samples_per_s)
+
+    def eval(self, epoch: int, loss: float, accuracy: float) -> None:
+        self.metrics.write({"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy})
+        self.progress.eval(epoch, loss, accuracy)
+
+    def summary(self, record: Mapping[str, Any]) -> None:
+        self.metrics.write({"kind": "summary", **record})
+
+    def finish(self, status: str, exit_status: int, error: str | None = None) -> None:
+        """Close the metrics and replace the manifest with the final one."""
+        self.progress.close()
+        self.metrics.close()
+        self.manifest |= {"status": status, "exit_status": exit_status, "ended_utc": utc_now()}
+        if error is not None:
+            self.manifest["error"] = error
+        write_json_atomic(self.out / MANIFEST, self.manifest)

@@ -1,0 +1,88 @@
+"""Which samples each rank sees, fixed by the global batch and never by the rank count.
+
+Training: each epoch visits the training set in the order of a permutation drawn from a
+generator seeded by (seed, epoch); global batch i is ``order[i*G:(i+1)*G]`` (the incomplete
+last one is dropped) and rank r takes rows ``[r*b:(r+1)*b]`` of it, b = G / world size.
+So the union of the rank slices of a step is the single-process batch of that step.
+
+Evaluation: rank r takes a contiguous shard (sizes differ by at most one); every rank runs
+the same number of batches, some possibly empty, so collectives inside a wrapped model's
+forward (ZeRO-3 gathers) stay matched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ddpimg.train.seeding import derive_seed
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The training order of an epoch: a permutation of range(num_samples) on the CPU."""
+    generator = torch.Generator()
+    generator.manual_seed(derive_seed(seed, "order", epoch))
+    return torch.randperm(num_samples, generator=generator)
+
+
+@dataclass(frozen=True)
+class TrainShard:
+    """This rank's part of every global batch."""
+
+    num_samples: int
+    per_rank: int
+    rank: int
+    world_size: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_rank * self.world_size
+
+    @property
+    def offset(self) -> int:
+        """This rank's first row in the global batch."""
+        return self.rank * self.per_rank
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.num_samples // self.global_batch
+
+    def rows(self, order: torch.Tensor, step_in_epoch: int) -> torch.Tensor:
+        """The sample indices this rank trains on at ``step_in_epoch`` (from 0)."""
+        start = step_in_epoch * self.global_batch + self.offset
+        return order[start : start + self.per_rank]
+
+
+@dataclass(frozen=True)
+class EvalShard:
+    """This rank's contiguous part of the evaluation set, cut into batches."""
+
+    num_samples: int
+    batch_size: int
+    rank: int
+    world_size: int
+
+    @property
+    def start(self) -> int:
+        return self.rank * self.num_samples // self.world_size
+
+    @property
+    def stop(self) -> int:
+        return (self.rank + 1) * self.num_samples // self.world_size
+
+    @property
+    def num_batches(self) -> int:
+        """The same on every rank: enough batches for the largest shard."""
+        largest = -(-self.num_samples // self.world_size)
+        return -(-largest // self.batch_size)
+
+    def batches(self) -> list[range]:
+        """Sample index ranges, ``num_batches`` of them; the last ones may be empty."""
+        return [
+            range(
+                min(self.start + i * self.batch_size, self.stop),
+                min(self.start + (i + 1) * self.batch_size, self.stop),
+            )
+            for i in range(self.num_batches)
+        ]

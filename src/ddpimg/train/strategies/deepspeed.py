@@ -1,0 +1,116 @@
+"""``--strategy deepspeed``: a DeepSpeed engine built from the training flags.
+
+The process group already exists (``ddpimg.runtime`` made it), so
+``deepspeed.init_distributed`` only adopts it: in DeepSpeed 0.19.8 it returns right after
+wrapping the initialised torch.distributed group, before any MPI discovery or
+``init_process_group``. The optimizer is the task's own torch optimizer and its learning
+rate schedule is stepped by the loop, exactly as with DDP; DeepSpeed averages the gradients
+over the data-parallel ranks, as DDP does, so both strategies follow the same trajectory.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from ddpimg.errors import DdpimgError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+
+
+# DeepSpeed's own ZeRO bucket size, in elements.
+DEFAULT_BUCKET_ELEMENTS = 500_000_000
+
+
+def deepspeed_config(
+    per_rank_batch: int, world_size: int, zero_stage: int, precision: str, num_parameters: int
+) -> dict[str, Any]:
+    """The DeepSpeed config dict for these flags and a model of ``num_parameters``."""
+    # ZeRO-1/2 allocate a whole bucket every step, and deterministic mode fills new memory,
+    # so a bucket far larger than the model costs seconds per step on the CPU.
+    bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters)
+    return {
+        "train_batch_size": per_rank_batch * world_size,
+        "train_micro_batch_size_per_gpu": per_rank_batch,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {
+            "stage": zero_stage,
+            "reduce_bucket_size": bucket,
+            "allgather_bucket_size": bucket,
+        },
+        "bf16": {"enabled": precision == "bf16"},
+        # DeepSpeed 0.19.8 clips gradients to norm 1.0 unless told otherwise; DDP does not clip,
+        # and both strategies must follow the same trajectory.
+        "gradient_clipping": 0.0,
+        # The bundled trainers use their tutorials' optimizers (Adadelta for MNIST), which
+        # ZeRO handles like any torch optimizer but does not list as tested.
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+class DeepSpeedStrategy:
+    name = "deepspeed"
+
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
+        self.ctx = ctx
+        self.per_rank_batch = config.per_rank_batch(ctx.world_size)
+        self.zero_stage = config.zero_stage
+        self.precision = config.precision
+        self._engine: Any = None
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        try:
+            import deepspeed
+        except ImportError as err:
+            raise DdpimgError(
+                f"--strategy deepspeed needs DeepSpeed, which cannot be imported ({err})",
+                hint="run inside the ddpimg image, or pip install deepspeed",
+            ) from err
+        # DeepSpeed reads the local rank from the environment, not from its arguments.
+        if "LOCAL_RANK" not in os.environ and "OMPI_COMM_WORLD_LOCAL_RANK" not in os.environ:
+            raise DdpimgError(
+                "--strategy deepspeed needs LOCAL_RANK in the environment, which is unset",
+                hint="start through `train` (it exports LOCAL_RANK), or export LOCAL_RANK",
+            )
+        deepspeed.init_distributed(dist_backend=self.ctx.backend, auto_mpi_discovery=False)
+        # device_rank makes DeepSpeed use the GPU the runtime bound, which is not the local
+        # rank when every task sees only its own GPU.
+        args = (
+            SimpleNamespace(device_rank=self.ctx.device.index)
+            if self.ctx.device.type == "cuda"
+            else None
+        )
+        config = deepspeed_config(
+            self.per_rank_batch,
+            self.ctx.world_size,
+            self.zero_stage,
+            self.precision,
+            sum(parameter.numel() for parameter in model.parameters()),
+        )
+        engine, _, _, _ = deepspeed.initialize(
+            args=args, model=model, optimizer=optimizer, config=config
+        )
+        self._engine = engine
+        module: nn.Module = engine
+        return module
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss)
+
+    def step(self) -> None:
+        self.engine.step()
+
+    def zero_grad(self) -> None:
+        """Nothing to do: ``engine.step()`` already cleared the gradients."""
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            raise RuntimeError("DeepSpeedStrategy used before wrap()")
+        return self._engine

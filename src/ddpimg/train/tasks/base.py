@@ -1,0 +1,53 @@
+"""What a trainer provides so that one loop can train it: data, model, loss, optimizer."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from ddpimg.train.dropout import DropoutContext
+
+
+class Dataset(Protocol):
+    """A whole dataset held in memory on the training device."""
+
+    def __len__(self) -> int: ...
+
+    def batch(self, rows: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model inputs and targets of the samples ``rows`` (indices or a slice)."""
+        ...
+
+
+class Task(Protocol):
+    """One bundled trainer (``train TRAINER``)."""
+
+    eval_batch_size: int
+
+    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
+        """The training and evaluation sets, on ``device``."""
+        ...
+
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
+        """A freshly initialised model (from torch's global RNG, seeded by the loop); its
+        dropout layers draw their masks through ``dropout``."""
+        ...
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Per-sample losses (no reduction): the loop takes the mean to train and the sum to
+        report the exact global mean."""
+        ...
+
+    def correct(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The number of correct predictions in a batch, as a 0-d tensor."""
+        ...
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
+
+    def make_scheduler(
+        self, optimizer: torch.optim.Optimizer
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """A learning rate schedule stepped once after every epoch."""
+        ...

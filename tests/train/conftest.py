@@ -1,0 +1,55 @@
+"""Fixtures for the trainer tests: a 1-rank gloo process group in this process (the runtime
+always initialises one, even for a single process) and the matching DistContext."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.options import TrainConfig
+
+
+@pytest.fixture(scope="package")
+def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    rendezvous = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def ctx(process_group: None) -> Iterator[DistContext]:
+    yield DistContext(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=0,
+        num_nodes=1,
+        device=torch.device("cpu"),
+        backend="gloo",
+        timeout_s=60.0,
+        run_info={"source": "single", "site": "local"},
+    )
+    # Training switches deterministic mode on or off; leave the process as it was.
+    torch.use_deterministic_algorithms(False)
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., TrainConfig]:
+    """TrainConfig of a run small enough for a unit test (a few seconds on two cores)."""
+
+    def make(**overrides: Any) -> TrainConfig:
+        small = TrainConfig(
+            batch_size=8, train_samples=64, eval_samples=40, max_steps=5, log_every=1, out=tmp_path
+        )
+        return replace(small, **overrides)
+
+    return make

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ddpimg.errors import DdpimgError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.loop import train
+from ddpimg.train.options import TrainConfig
+from ddpimg.train.outputs import RunRecorder
+from ddpimg.train.progress import Progress
+from ddpimg.train.strategies import STRATEGIES
+from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy, deepspeed_config
+from ddpimg.train.tasks.mnist import MnistTask
+
+
+@pytest.mark.parametrize(
+    ("precision", "stage", "parameters", "bucket"),
+    [("fp32", 0, 1_199_882, 1_199_882), ("bf16", 3, 10**10, 500_000_000)],
+)
+def test_config_follows_the_flags(precision: str, stage: int, parameters: int, bucket: int) -> None:
+    config = deepspeed_config(16, 4, stage, precision, parameters)
+    assert config["train_batch_size"] == 64
+    assert config["train_micro_batch_size_per_gpu"] == 16
+    assert config["gradient_accumulation_steps"] == 1
+    assert config["zero_optimization"] == {
+        "stage": stage,
+        "reduce_bucket_size": bucket,
+        "allgather_bucket_size": bucket,
+    }
+    assert config["bf16"] == {"enabled": precision == "bf16"}
+    # DeepSpeed would otherwise clip to 1.0 and leave DDP's trajectory.
+    assert config["gradient_clipping"] == 0.0
+
+
+def test_strategy_checks_the_global_batch_early(ctx: DistContext) -> None:
+    config = TrainConfig(strategy="deepspeed", batch_size=None, global_batch_size=9)
+    two_ranks = replace(ctx, world_size=2)
+    with pytest.raises(DdpimgError, match=r"--global-batch-size 9 is not divisible by the world"):
+        DeepSpeedStrategy(config, two_ranks)
+
+
+def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
+    recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
+    task = MnistTask(config)
+    train(config, ctx, task, STRATEGIES[config.strategy](config, ctx), recorder)
+    recorder.finish("completed", 0)
+    lines = (config.out / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if '"summary"' not in line]
+
+
+@pytest.mark.deepspeed
+def test_zero1_follows_the_ddp_trajectory(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DeepSpeed reads LOCAL_RANK from the environment; the launcher side exports it.
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    # Two epochs of two steps: the per-epoch learning rate decay reaches DeepSpeed too.
+    base = make_config(train_samples=16, max_steps=4, gamma=0.1)
+    ddp = metrics(base, ctx)
+    zero1 = metrics(replace(base, strategy="deepspeed", zero_stage=1), ctx)
+    assert [(m["kind"], m["epoch"]) for m in zero1] == [(m["kind"], m["epoch"]) for m in ddp]
+    assert [m["loss"] for m in zero1] == pytest.approx([m["loss"] for m in ddp], rel=1e-5)
+
+
+@pytest.mark.deepspeed
+def test_missing_local_rank_is_named(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_RANK", raising=False)
+    config = make_config(strategy="deepspeed")
+    with pytest.raises(DdpimgError, match=r"needs LOCAL_RANK in the environment, which is unset"):
+        metrics(config, ctx)

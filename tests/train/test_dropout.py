@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddpimg.train.dropout import BatchPosition, DropoutContext, GlobalBatchDropout
+
+
+def dropped(
+    x: torch.Tensor,
+    p: float,
+    *,
+    step: int,
+    offset: int,
+    global_batch: int,
+    layer: int = 0,
+    seed: int = 1,
+) -> torch.Tensor:
+    context = DropoutContext(seed)
+    context.position = BatchPosition(step, offset, global_batch)
+    out: torch.Tensor = GlobalBatchDropout(p, layer, context)(x)
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_rank_rows_equal_the_single_process_rows(world_size: int) -> None:
+    x = torch.randn(8, 6, 3)
+    single = dropped(x, 0.5, step=3, offset=0, global_batch=8)
+    rows = 8 // world_size
+    for rank in range(world_size):
+        part = x[rank * rows : (rank + 1) * rows]
+        mine = dropped(part, 0.5, step=3, offset=rank * rows, global_batch=8)
+        assert torch.equal(mine, single[rank * rows : (rank + 1) * rows])
+
+
+def test_kept_units_are_scaled_and_about_p_are_dropped() -> None:
+    x = torch.ones(64, 100)
+    out = dropped(x, 0.25, step=1, offset=0, global_batch=64)
+    assert torch.unique(out).tolist() == pytest.approx([0.0, 1 / 0.75])
+    assert (out == 0).float().mean().item() == pytest.approx(0.25, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    "change", [{"step": 4}, {"layer": 1}, {"seed": 2}], ids=["step", "layer", "seed"]
+)
+def test_mask_changes_with_step_layer_and_seed(change: dict[str, int]) -> None:
+    x = torch.ones(16, 32)
+    base: dict[str, int] = {"step": 3, "layer": 0, "seed": 1}
+    first = dropped(x, 0.5, offset=0, global_batch=16, **base)
+    again = dropped(x, 0.5, offset=0, global_batch=16, **base)
+    other = dropped(x, 0.5, offset=0, global_batch=16, **(base | change))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+
+
+def test_eval_mode_is_identity_without_a_position() -> None:
+    layer = GlobalBatchDropout(0.5, 0, DropoutContext(1)).eval()
+    x = torch.randn(4, 5)
+    assert layer(x) is x
+
+
+def test_training_without_position_is_an_error() -> None:
+    layer = GlobalBatchDropout(0.5, 0, DropoutContext(1))
+    with pytest.raises(RuntimeError, match="before a batch position"):
+        layer(torch.ones(2, 2))
+
+
+def test_slice_beyond_the_global_batch_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match=r"rows 6..10 are outside the global batch of 8"):
+        dropped(torch.ones(4, 2), 0.5, step=1, offset=6, global_batch=8)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_probability_must_be_below_one(p: float) -> None:
+    with pytest.raises(ValueError, match=r"dropout probability must be in \[0, 1\)"):
+        GlobalBatchDropout(p, 0, DropoutContext(1))

@@ -1,0 +1,148 @@
+"""The training loop in one process (1-rank gloo group): steps, epochs, loss, determinism."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from ddpimg.errors import DataError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.dropout import DropoutContext
+from ddpimg.train.loop import Summary, evaluate, train
+from ddpimg.train.options import TrainConfig
+from ddpimg.train.outputs import RunRecorder
+from ddpimg.train.progress import Progress
+from ddpimg.train.strategies.ddp import DdpStrategy
+from ddpimg.train.tasks.mnist import MnistTask
+
+
+def run(config: TrainConfig, ctx: DistContext) -> tuple[Summary, list[dict[str, Any]]]:
+    """Train with rank 0's real recorder; returns the summary and the metrics lines."""
+    recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
+    summary = train(config, ctx, MnistTask(config), DdpStrategy(ctx), recorder)
+    recorder.finish("completed", 0)
+    lines = (config.out / "metrics.jsonl").read_text().splitlines()
+    return summary, [json.loads(line) for line in lines]
+
+
+def losses(lines: list[dict[str, Any]], kind: str = "train") -> list[float]:
+    return [line["loss"] for line in lines if line["kind"] == kind]
+
+
+def test_loss_goes_down(ctx: DistContext, make_config: Callable[..., TrainConfig]) -> None:
+    config = make_config(batch_size=16, train_samples=480, max_steps=30, eval_samples=200)
+    summary, lines = run(config, ctx)
+    trajectory = losses(lines)
+    assert len(trajectory) == 30
+    first, last = sum(trajectory[:5]) / 5, sum(trajectory[-5:]) / 5
+    assert last < 0.6 * first, trajectory
+    assert summary.eval_accuracy > 0.5
+
+
+def test_deterministic_repeats_are_bitwise_identical(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    config = make_config(deterministic=True, max_steps=4)
+    first, first_lines = run(config, ctx)
+    second, second_lines = run(config, ctx)
+    assert losses(first_lines) == losses(second_lines)
+    assert losses(first_lines, "eval") == losses(second_lines, "eval")
+    assert first.final_loss == second.final_loss
+    assert torch.are_deterministic_algorithms_enabled()
+
+
+def test_seed_changes_the_trajectory(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    _, one = run(make_config(max_steps=2), ctx)
+    _, two = run(make_config(max_steps=2, seed=2), ctx)
+    assert losses(one) != losses(two)
+
+
+def test_max_steps_spans_epochs_and_evaluates_the_last(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    # 36 samples / 8 = 4 steps an epoch (the last 4 samples dropped); stop at step 6.
+    config = make_config(train_samples=36, max_steps=6, log_every=2, epochs=5)
+    summary, lines = run(config, ctx)
+    assert [(line["kind"], line["epoch"], line.get("step")) for line in lines] == [
+        ("train", 1, 2),
+        ("train", 1, 4),
+        ("eval", 1, None),
+        ("train", 2, 6),
+        ("eval", 2, None),
+    ]
+    assert (summary.steps, summary.epochs) == (6, 2)
+    assert summary.final_loss == losses(lines)[-1]
+
+
+def test_epochs_end_the_run_without_max_steps(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    # The last step is no log point: the final loss is reduced on its own.
+    config = make_config(train_samples=16, max_steps=0, epochs=3, log_every=7)
+    summary, lines = run(config, ctx)
+    assert (summary.steps, summary.epochs) == (6, 3)
+    assert [line["kind"] for line in lines] == ["eval", "eval", "eval"]
+    assert math.isfinite(summary.final_loss)
+
+
+def test_learning_rate_decays_after_each_epoch(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    # 2 steps an epoch: gamma changes nothing in epoch 1 and everything after it.
+    config = make_config(train_samples=16, max_steps=4, deterministic=True)
+    _, constant = run(replace(config, gamma=1.0), ctx)
+    _, decayed = run(replace(config, gamma=0.1), ctx)
+    assert losses(constant)[:3] == losses(decayed)[:3]
+    assert losses(constant)[3] != losses(decayed)[3]
+
+
+def test_too_few_samples_for_a_global_batch(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    config = make_config(train_samples=7, batch_size=8)
+    message = (
+        r"7 training samples do not fill one global batch of 8 \(8 per rank x 1 ranks\)\n"
+        r"  hint: lower --batch-size / --global-batch-size, or raise --train-samples"
+    )
+    with pytest.raises(DataError, match=message):
+        run(config, ctx)
+
+
+def test_evaluate_matches_an_unsharded_computation(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    config = make_config(eval_samples=1500)
+    task = MnistTask(config)
+    _, eval_set = task.load(ctx.device)
+    torch.manual_seed(0)
+    model = task.build_model(DropoutContext(1))
+    loss, accuracy = evaluate(model, task, eval_set, ctx, torch.no_grad)
+    with torch.no_grad():
+        inputs, targets = eval_set.batch(slice(0, 1500))
+        output = model(inputs)
+        expected_loss = task.loss(output, targets).double().mean().item()
+        expected_accuracy = task.correct(output, targets).item() / 1500
+    assert loss == pytest.approx(expected_loss, rel=1e-6)
+    assert accuracy == expected_accuracy
+    assert not model.training
+
+
+def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    # Rank 0 of 4 gets none of 2 samples but must run the same number of (empty) forwards.
+    config = make_config(eval_samples=2)
+    task = MnistTask(config)
+    _, eval_set = task.load(ctx.device)
+    model = task.build_model(DropoutContext(1))
+    rank0_of_4 = replace(ctx, world_size=4)
+    assert evaluate(model, task, eval_set, rank0_of_4, torch.no_grad) == (0.0, 0.0)

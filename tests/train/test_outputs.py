@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ddpimg
+from ddpimg.train.outputs import (
+    MetricsWriter,
+    collect_versions,
+    read_build_info,
+    utc_now,
+    write_json_atomic,
+)
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "manifest.json"
+    write_json_atomic(path, {"status": "running"})
+    write_json_atomic(path, {"status": "completed", "exit_status": 0})
+    assert json.loads(path.read_text()) == {"status": "completed", "exit_status": 0}
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_metrics_lines_are_whole_and_flushed(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("old run\n")
+    writer = MetricsWriter(path)
+    writer.write({"kind": "train", "step": 1})
+    # Readable before close: a crash loses nothing already written.
+    assert path.read_text() == '{"kind": "train", "step": 1}\n'
+    writer.write({"kind": "eval", "epoch": 1})
+    writer.close()
+    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()] == ["train", "eval"]
+
+
+def test_build_info_absent_is_none(tmp_path: Path) -> None:
+    assert read_build_info({"DDPIMG_BUILD_INFO": str(tmp_path / "none.json")}) is None
+
+
+def test_build_info_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "build-info.json"
+    path.write_text('{"image": "ddpimg:cpu", "git": "abc123"}')
+    assert read_build_info({"DDPIMG_BUILD_INFO": str(path)}) == {
+        "image": "ddpimg:cpu",
+        "git": "abc123",
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{not json", "unreadable: Expecting property name"),
+        ("[1, 2]", "expected a JSON object, found list"),
+    ],
+)
+def test_bad_build_info_is_recorded_not_fatal(tmp_path: Path, content: str, error: str) -> None:
+    path = tmp_path / "build-info.json"
+    path.write_text(content)
+    info = read_build_info({"DDPIMG_BUILD_INFO": str(path)})
+    assert info is not None
+    assert info["path"] == str(path)
+    assert info["error"].startswith(error)
+
+
+def test_versions(tmp_path: Path) -> None:
+    import torch
+
+    versions = collect_versions({"DDPIMG_BUILD_INFO": str(tmp_path / "none.json")})
+    assert versions["torch"] == torch.__version__
+    assert versions["ddpimg"] == ddpimg.__version__
+    assert versions["image"] is None
+    assert set(versions) == {"python", "torch", "cuda", "nccl", "deepspeed", "ddpimg", "image"}
+
+
+def test_utc_now_is_iso_utc() -> None:
+    assert utc_now().endswith("Z")
+    assert utc_now()[10] == "T"

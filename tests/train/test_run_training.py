@@ -1,0 +1,95 @@
+"""``run_training`` end to end in one process (1-rank gloo group): what lands in --out."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpimg.errors import DataError, DdpimgError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train import run_training
+from ddpimg.train.options import TrainConfig
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_writes_metrics_and_manifest(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    config = make_config(out=tmp_path / "run", log_every=2)
+    assert run_training(config, ctx) == 0
+
+    lines = records(config.out)
+    assert [(r["kind"], r.get("step", r.get("steps"))) for r in lines] == [
+        ("train", 2),
+        ("train", 4),
+        ("eval", None),
+        ("summary", 5),
+    ]
+    train = lines[0]
+    assert set(train) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}
+    assert train["epoch"] == 1
+    assert 0 < train["loss"] < 10
+    assert train["samples_per_s"] > 0
+    assert lines[1]["elapsed_s"] >= train["elapsed_s"] > 0
+    evaluation = lines[2]
+    assert evaluation["epoch"] == 1
+    assert 0 <= evaluation["accuracy"] <= 1
+    assert evaluation["accuracy"] * 40 == pytest.approx(round(evaluation["accuracy"] * 40))
+    summary = lines[3]
+    assert summary["steps"] == 5
+    assert summary["epochs"] == 1
+    assert summary["world_size"] == 1
+    assert summary["global_batch_size"] == 8
+    assert summary["eval_loss"] == evaluation["loss"]
+    assert summary["eval_accuracy"] == evaluation["accuracy"]
+    assert math.isfinite(summary["final_loss"])
+    assert summary["samples_per_s"] > 0
+
+    manifest = json.loads((config.out / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["exit_status"] == 0
+    assert manifest["arguments"] == config.to_json()
+    assert manifest["seed"] == 1
+    assert manifest["run_info"] == {"source": "single", "site": "local"}
+    assert manifest["distributed"]["world_size"] == 1
+    assert manifest["versions"]["torch"]
+    assert manifest["started_utc"] <= manifest["ended_utc"]
+
+
+def test_failure_is_recorded_in_the_manifest(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    config = make_config(train_samples=6, batch_size=8)
+    with pytest.raises(DataError, match=r"6 training samples do not fill one global batch of 8"):
+        run_training(config, ctx)
+    manifest = json.loads((config.out / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["exit_status"] == 2
+    assert "do not fill one global batch" in manifest["error"]
+    assert manifest["ended_utc"]
+
+
+def test_a_new_run_replaces_the_metrics(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    config = make_config(max_steps=1)
+    run_training(config, ctx)
+    run_training(config, ctx)
+    assert [r["kind"] for r in records(config.out)] == ["train", "eval", "summary"]
+
+
+def test_unwritable_out_is_a_user_error(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("")
+    config = make_config(out=tmp_path / "file" / "run")
+    with pytest.raises(DdpimgError, match=rf"--out {tmp_path}/file/run: cannot write there"):
+        run_training(config, ctx)
