@@ -104,6 +104,9 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     from ddpimg.train import run_training
 
     config = TrainConfig.from_namespace(args)
+    if config.deterministic:
+        # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     ctx = runtime.initialize(plan, backend=args.backend, timeout_s=args.timeout)
     finished = False
     try:
