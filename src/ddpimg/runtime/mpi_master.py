@@ -10,21 +10,19 @@ from __future__ import annotations
 
 from ddpimg.errors import LauncherError
 from ddpimg.runtime.interfaces import interface_names, ipv4_address
-from ddpimg.site.master import apply_master_rule
+from ddpimg.site.master import apply_master_rule, master_interface
 from ddpimg.site.model import SiteProfile
-
-INTERFACE_RULE = "interface:"
 
 
 def own_master_address(profile: SiteProfile, short_hostname: str) -> str:
     """The address other ranks should use to reach this host, by the profile's rule."""
-    rule = profile.master_addr
-    if rule.startswith(INTERFACE_RULE):
-        name = rule[len(INTERFACE_RULE) :]
+    name = master_interface(profile)
+    if name:
         addr = ipv4_address(name)
         if addr is None:
             raise LauncherError(
-                f"site profile {profile.name} ({profile.path}): network.master_addr={rule!r} "
+                f"site profile {profile.name} ({profile.path}): "
+                f"network.master_addr={profile.master_addr!r} "
                 f"but interface {name!r} has no IPv4 address on {short_hostname} "
                 f"(interfaces here: {', '.join(interface_names())})",
                 hint="fix network.master_addr in the profile, or pick another with --site",
