@@ -29,3 +29,33 @@ def test_tasks_per_node_must_equal_gpus_per_node(visible: int, local_world_size:
     ) as err:
         choose_cuda_index(visible, 0, local_world_size)
     assert "tasks per node must equal GPUs per node" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("visible", "local_rank", "local_world_size", "devices_per_rank", "expected"),
+    [
+        (0, 1, 2, 2, None),
+        (4, 0, 2, 2, 0),
+        (4, 1, 2, 2, 2),  # toy: replica 1 drives cuda:2 and cuda:3
+        (2, 0, 1, 2, 0),
+        (2, 1, 2, 2, 0),  # srun --gpus-per-task=2: each task sees its own two
+        (8, 3, 4, 2, 6),
+    ],
+)
+def test_device_choice_for_several_gpus_per_rank(
+    visible: int, local_rank: int, local_world_size: int, devices_per_rank: int, expected: int
+) -> None:
+    assert choose_cuda_index(visible, local_rank, local_world_size, devices_per_rank) == expected
+
+
+@pytest.mark.parametrize(("visible", "local_world_size"), [(4, 4), (1, 1), (3, 1), (6, 2)])
+def test_gpus_per_node_must_be_tasks_times_gpus_per_replica(
+    visible: int, local_world_size: int
+) -> None:
+    with pytest.raises(
+        LauncherError,
+        match=rf"{visible} GPUs are visible .* runs {local_world_size} tasks .* of 2 GPUs each "
+        r"\(--gpus-per-replica 2\)\n  hint: GPUs per node must equal tasks per node x GPUs per "
+        r"replica",
+    ):
+        choose_cuda_index(visible, 0, local_world_size, devices_per_rank=2)

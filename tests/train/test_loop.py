@@ -124,7 +124,7 @@ def test_evaluate_matches_an_unsharded_computation(
     task = MnistTask(config)
     _, eval_set = task.load(ctx.device)
     torch.manual_seed(0)
-    model = task.build_model(DropoutContext(1))
+    model = task.build_model(DropoutContext(1), ctx.device)
     loss, accuracy = evaluate(model, task, eval_set, ctx, torch.no_grad)
     with torch.no_grad():
         inputs, targets = eval_set.batch(slice(0, 1500))
@@ -143,6 +143,17 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
     config = make_config(eval_samples=2)
     task = MnistTask(config)
     _, eval_set = task.load(ctx.device)
-    model = task.build_model(DropoutContext(1))
+    model = task.build_model(DropoutContext(1), ctx.device)
     rank0_of_4 = replace(ctx, world_size=4)
     assert evaluate(model, task, eval_set, rank0_of_4, torch.no_grad) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(("warmup", "counted"), [(0, True), (4, True), (5, False)])
+def test_steady_throughput_leaves_out_the_warmup_steps(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], warmup: int, counted: bool
+) -> None:
+    summary, lines = run(make_config(max_steps=5, warmup_steps=warmup), ctx)
+    assert (summary.steady_samples_per_s is not None) == counted
+    assert summary.to_json()["steady_samples_per_s"] == summary.steady_samples_per_s
+    # MNIST has no rates of its own: the train lines keep their fields.
+    assert set(lines[0]) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}

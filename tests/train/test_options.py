@@ -31,10 +31,11 @@ def test_defaults_are_the_tutorials() -> None:
         out=Path("ddpimg-run"),
         seed=1,
         log_every=10,
-        precision="fp32",
+        precision="auto",
         zero_stage=0,
-        lr=1.0,
-        gamma=0.7,
+        lr=None,
+        gamma=None,
+        warmup_steps=10,
     )
 
 
@@ -81,7 +82,7 @@ def test_flag_sets_field(argv: list[str], field: str, value: object) -> None:
         (["--lr", "nan"], r"--lr must be positive, got nan"),
         (["--gamma", "0"], r"--gamma must be in \(0, 1\], got 0.0"),
         (["--gamma", "1.5"], r"--gamma must be in \(0, 1\], got 1.5"),
-        (["--data", ""], r"--data is empty\n  hint: give 'synthetic' or a directory"),
+        (["--data", ""], r"--data is empty\n  hint: give 'synthetic', or the dataset's path"),
         (
             ["--zero-stage", "1"],
             r"--zero-stage 1 applies to --strategy deepspeed only, got --strategy ddp\n"
@@ -123,9 +124,9 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
             r"give exactly one of --batch-size and --global-batch-size, got --batch-size None",
         ),
         ({"batch_size": 8, "global_batch_size": 16}, r"got --batch-size 8 and --global-batch"),
-        ({"trainer": "gpt2"}, r"trainer must be one of mnist, got 'gpt2'"),
-        ({"strategy": "fsdp"}, r"--strategy must be one of ddp, deepspeed, got 'fsdp'"),
-        ({"precision": "fp16"}, r"--precision must be one of fp32, bf16, got 'fp16'"),
+        ({"trainer": "gpt2"}, r"trainer must be one of gpt, mnist, resnet, toy, got 'gpt2'"),
+        ({"strategy": "horovod"}, r"--strategy must be one of ddp, deepspeed, fsdp, got 'horovod'"),
+        ({"precision": "fp16"}, r"--precision must be one of auto, fp32, bf16, got 'fp16'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),
     ],
 )
@@ -188,3 +189,148 @@ def test_building_the_parser_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "value"),
+    [
+        (["resnet", "--arch", "vit_b_16"], "arch", "vit_b_16"),
+        (["resnet", "--image-size", "64"], "image_size", 64),
+        (["resnet", "--no-sync-batchnorm"], "sync_batchnorm", False),
+        (["resnet", "--sync-batchnorm"], "sync_batchnorm", True),
+        (["resnet"], "sync_batchnorm", None),
+        (["gpt", "--size", "tiny"], "size", "tiny"),
+        (["gpt", "--seq-len", "128"], "seq_len", 128),
+        (["toy", "--gpus-per-replica", "1"], "gpus_per_replica", 1),
+        (["--warmup-steps", "0"], "warmup_steps", 0),
+        (["--precision", "fp32"], "precision", "fp32"),
+    ],
+)
+def test_trainer_flag_sets_field(argv: list[str], field: str, value: object) -> None:
+    assert getattr(parse(*argv), field) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--arch", "resnet18"],
+            r"--arch applies to the resnet trainer only, got trainer mnist\n"
+            r"  hint: drop --arch, or run `train resnet`",
+        ),
+        (["gpt", "--image-size", "64"], r"--image-size applies to the resnet trainer only, got "),
+        (["toy", "--no-sync-batchnorm"], r"--sync-batchnorm applies to the resnet trainer only"),
+        (["resnet", "--size", "tiny"], r"--size applies to the gpt trainer only, got trainer res"),
+        (["mnist", "--seq-len", "8"], r"--seq-len applies to the gpt trainer only"),
+        (["gpt", "--gpus-per-replica", "2"], r"--gpus-per-replica applies to the toy trainer only"),
+        (["toy", "--data", "/data"], r"the toy trainer has only a synthetic dataset, got --data /"),
+        (["toy", "--gpus-per-replica", "3"], r"--gpus-per-replica must be 1 or 2, got 3\n.*two"),
+        (["toy", "--gpus-per-replica", "0"], r"--gpus-per-replica must be 1 or 2, got 0"),
+        (["resnet", "--image-size", "16"], r"--image-size must be at least 32, got 16"),
+        (["gpt", "--seq-len", "0"], r"--seq-len must be at least 1, got 0"),
+        (["--warmup-steps", "-1"], r"--warmup-steps must be at least 0, got -1"),
+    ],
+)
+def test_trainer_flag_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(DdpimgError, match=message):
+        parse(*argv)
+
+
+def test_unknown_gpt_size_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("gpt", "--size", "huge")
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+def test_gpt_sizes_are_the_models() -> None:
+    from ddpimg.train.models.gpt import CONFIGS
+    from ddpimg.train.options import GPT_SIZES
+
+    assert set(GPT_SIZES) == set(CONFIGS)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "per_rank"), [("mnist", 64), ("toy", 64), ("resnet", 32), ("gpt", 8)]
+)
+def test_default_batch_is_the_trainers(trainer: str, per_rank: int) -> None:
+    assert parse(trainer).per_rank_batch(4) == per_rank
+
+
+@pytest.mark.parametrize(
+    ("argv", "devices"),
+    [([], 1), (["toy"], 2), (["toy", "--gpus-per-replica", "1"], 1), (["gpt"], 1)],
+)
+def test_devices_per_rank(argv: list[str], devices: int) -> None:
+    assert parse(*argv).devices_per_rank == devices
+
+
+@pytest.mark.parametrize(
+    ("argv", "device_type", "precision"),
+    [
+        (["resnet"], "cuda", "bf16"),
+        (["gpt"], "cuda", "bf16"),
+        (["gpt"], "cpu", "fp32"),
+        (["mnist"], "cuda", "fp32"),
+        (["toy"], "cuda", "fp32"),
+        (["gpt", "--precision", "fp32"], "cuda", "fp32"),
+        (["mnist", "--precision", "bf16"], "cpu", "bf16"),
+    ],
+)
+def test_auto_precision_is_decided_per_device(
+    argv: list[str], device_type: str, precision: str
+) -> None:
+    assert parse(*argv).for_device(device_type).precision == precision
+
+
+@pytest.mark.parametrize(
+    ("argv", "lr", "gamma"),
+    [([], 0.5, 0.9), (["--lr", "0.01"], 0.01, 0.9), (["--gamma", "1"], 0.5, 1.0)],
+)
+def test_lr_and_gamma_fall_back_to_the_trainers(argv: list[str], lr: float, gamma: float) -> None:
+    config = parse(*argv)
+    assert config.learning_rate(0.5) == lr
+    assert config.lr_decay(0.9) == gamma
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "value"),
+    [
+        ([], "checkpoint_every", 0),
+        ([], "keep_checkpoints", 3),
+        ([], "resume", "auto"),
+        ([], "preempt_signals", ("USR2", "TERM")),
+        ([], "preempt_check_every", 10),
+        (["--checkpoint-every", "50"], "checkpoint_every", 50),
+        (["--keep-checkpoints", "1"], "keep_checkpoints", 1),
+        (["--resume", "none"], "resume", "none"),
+        (
+            ["--resume", "runs/a/checkpoints/step-00000040"],
+            "resume",
+            "runs/a/checkpoints/step-00000040",
+        ),
+        (["--preempt-signals", "term"], "preempt_signals", ("TERM",)),
+        (["--preempt-signals", "none"], "preempt_signals", ()),
+        (["--preempt-check-every", "1"], "preempt_check_every", 1),
+    ],
+)
+def test_checkpoint_flags(argv: list[str], field: str, value: object) -> None:
+    assert getattr(parse(*argv), field) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--checkpoint-every", "-1"], r"--checkpoint-every must be at least 0, got -1"),
+        (["--keep-checkpoints", "0"], r"--keep-checkpoints must be at least 1, got 0\n  hint: the"),
+        (["--preempt-check-every", "0"], r"--preempt-check-every must be at least 1, got 0"),
+        (["--resume", ""], r"--resume is empty\n  hint: give auto, none or a checkpoint"),
+        (["--preempt-signals", "USR1"], r"--preempt-signals 'USR1': SIGUSR1 is refused"),
+    ],
+)
+def test_bad_checkpoint_flags_are_named(argv: list[str], message: str) -> None:
+    with pytest.raises(DdpimgError, match=message):
+        parse(*argv)
+
+
+def test_preempt_signals_are_a_json_list() -> None:
+    assert json.loads(json.dumps(parse().to_json()))["preempt_signals"] == ["USR2", "TERM"]

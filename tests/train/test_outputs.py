@@ -77,3 +77,26 @@ def test_versions(tmp_path: Path) -> None:
 def test_utc_now_is_iso_utc() -> None:
     assert utc_now().endswith("Z")
     assert utc_now()[10] == "T"
+
+
+@pytest.mark.parametrize(
+    ("existing", "keep", "kept"),
+    [
+        ('{"step": 1}\n{"step": 2}\n{"step": 3}\n', 2, ['{"step": 1}', '{"step": 2}']),
+        # A line cut by a crash is not a line.
+        ('{"step": 1}\n{"st', 5, ['{"step": 1}']),
+        (None, 3, []),
+    ],
+)
+def test_resumed_metrics_keep_the_lines_up_to_the_checkpoint(
+    tmp_path: Path, existing: str | None, keep: int, kept: list[str]
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    if existing is not None:
+        path.write_text(existing)
+    writer = MetricsWriter(path, keep_lines=keep)
+    assert writer.lines == len(kept)
+    writer.write({"step": 9})
+    assert writer.sync() == len(kept) + 1
+    writer.close()
+    assert path.read_text().splitlines() == [*kept, '{"step": 9}']

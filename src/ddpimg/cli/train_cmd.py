@@ -15,9 +15,12 @@ from ddpimg.errors import LauncherError
 from ddpimg.plan import RANK_VARIABLES, LaunchPlan, build_plan, short_hostname
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 from ddpimg.train.options import TrainConfig, add_training_arguments
+from ddpimg.train.preemption import PreemptionWatch, forward_to_children, parse_signals
 
 DEFAULT_TIMEOUT_S = 600.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+# The signals torch elastic's agent handles (its default) by shutting the workers down.
+ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,14 +110,22 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    ctx = runtime.initialize(plan, backend=args.backend, timeout_s=args.timeout)
-    finished = False
-    try:
-        status = run_training(config, ctx)
-        finished = True
-        return status
-    finally:
-        runtime.shutdown(finished)
+    # Signals are watched from before the rendezvous: one arriving there must not kill a
+    # run that a batch script would requeue on exit status 75.
+    with PreemptionWatch(config.preempt_signals, config.preempt_check_every) as preemption:
+        ctx = runtime.initialize(
+            plan,
+            backend=args.backend,
+            timeout_s=args.timeout,
+            devices_per_rank=config.devices_per_rank,
+        )
+        finished = False
+        try:
+            status = run_training(config, ctx, preemption)
+            finished = True
+            return status
+        finally:
+            runtime.shutdown(finished)
 
 
 def run_script(plan: LaunchPlan, script: list[str]) -> int:
@@ -155,6 +166,11 @@ def launch_local_workers(plan: LaunchPlan, args: argparse.Namespace, worker_argv
     master = runtime.apply_plan(plan)
     for name in RANK_VARIABLES:  # the launcher's own placement must not leak into workers
         os.environ.pop(name, None)
+    # torch elastic's agent turns the signals it handles into a shutdown of the workers that
+    # loses their exit statuses; the preemption signals go to the workers instead, which
+    # checkpoint and exit with status 75, and the agent reports that status.
+    preempt = parse_signals(args.preempt_signals)
+    forward_to_children(preempt)
     port = runtime.rendezvous_port(plan)
     config = LaunchConfig(
         min_nodes=topo.world_size,
@@ -166,6 +182,9 @@ def launch_local_workers(plan: LaunchPlan, args: argparse.Namespace, worker_argv
         rdzv_configs={"rank": topo.rank, "timeout": int(args.timeout)},
         max_restarts=0,
         monitor_interval=0.5,
+        signals_to_handle=",".join(
+            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in preempt
+        ),
     )
     program = (
         worker_argv[worker_argv.index("--script") + 1 :]

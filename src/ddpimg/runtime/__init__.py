@@ -69,8 +69,10 @@ def initialize(
     backend: str = "",
     timeout_s: float = 600.0,
     device: torch.device | None = None,
+    devices_per_rank: int = 1,
 ) -> DistContext:
-    """Apply the plan, bind the device (unless one is given), join, and initialise the default
+    """Apply the plan, bind the device (unless one is given; the first of
+    ``devices_per_rank`` when a rank drives several), join, and initialise the default
     process group."""
     import torch.distributed as dist
     from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public re-export
@@ -79,7 +81,7 @@ def initialize(
     check_interfaces(plan)
     master = apply_plan(plan)
     if device is None:
-        device = bind_device(topo.local_rank, topo.local_world_size)
+        device = bind_device(topo.local_rank, topo.local_world_size, devices_per_rank)
     chosen = default_backend(device, backend or plan.site.backend)
     use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     port = rendezvous_port(plan)

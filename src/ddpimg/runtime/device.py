@@ -11,34 +11,49 @@ if TYPE_CHECKING:
     import torch
 
 
-def choose_cuda_index(visible: int, local_rank: int, local_world_size: int) -> int | None:
-    """The CUDA index for this rank: None for the CPU. Pure, so every case is testable.
+def choose_cuda_index(
+    visible: int, local_rank: int, local_world_size: int, devices_per_rank: int = 1
+) -> int | None:
+    """The CUDA index of this rank's first device (it drives ``devices_per_rank`` consecutive
+    ones, e.g. the toy trainer's head and tail): None for the CPU. Pure, so every case is
+    testable.
 
-    One visible GPU -> 0 (the launcher already gave each task its own, e.g. srun
-    ``--gpus-per-task`` or Apptainer with CUDA_VISIBLE_DEVICES per task); as many visible
-    as tasks on the node -> the local rank; anything else is a layout error.
+    As many visible as tasks on the node need -> the local rank's block; as many visible as
+    one task needs -> 0 (the launcher already gave each task its own, e.g. srun
+    ``--gpus-per-task`` or Apptainer with CUDA_VISIBLE_DEVICES per task); anything else is
+    a layout error.
     """
     if visible == 0:
         return None
-    if visible == 1:
+    if visible == local_world_size * devices_per_rank:
+        return local_rank * devices_per_rank
+    if visible == devices_per_rank:
         return 0
-    if visible == local_world_size:
-        return local_rank
-    raise LauncherError(
+    found = (
         f"{visible} GPUs are visible to this task (CUDA_VISIBLE_DEVICES="
         f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}) but the node runs "
-        f"{local_world_size} tasks (LOCAL_WORLD_SIZE={local_world_size})",
-        hint="tasks per node must equal GPUs per node: e.g. srun --ntasks-per-node=G "
-        "--gpus-per-node=G, or one task per node with train --nproc-per-node G",
+        f"{local_world_size} tasks (LOCAL_WORLD_SIZE={local_world_size})"
+    )
+    if devices_per_rank == 1:
+        raise LauncherError(
+            found,
+            hint="tasks per node must equal GPUs per node: e.g. srun --ntasks-per-node=G "
+            "--gpus-per-node=G, or one task per node with train --nproc-per-node G",
+        )
+    raise LauncherError(
+        f"{found} of {devices_per_rank} GPUs each (--gpus-per-replica {devices_per_rank})",
+        hint=f"GPUs per node must equal tasks per node x GPUs per replica: e.g. "
+        f"{visible // devices_per_rank or 1} task(s) per node with --gpus-per-replica "
+        f"{devices_per_rank}, or --gpus-per-replica 1 with {visible} tasks per node",
     )
 
 
-def bind_device(local_rank: int, local_world_size: int) -> torch.device:
-    """Select and make current this rank's device."""
+def bind_device(local_rank: int, local_world_size: int, devices_per_rank: int = 1) -> torch.device:
+    """Select and make current this rank's (first) device."""
     import torch
 
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = choose_cuda_index(visible, local_rank, local_world_size)
+    index = choose_cuda_index(visible, local_rank, local_world_size, devices_per_rank)
     if index is None:
         return torch.device("cpu")
     torch.cuda.set_device(index)

@@ -12,28 +12,55 @@ from ddpimg.errors import DdpimgError
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.options import TrainConfig
+    from ddpimg.train.preemption import PreemptionWatch
 
 __all__ = ["run_training"]
 
 
-def run_training(config: TrainConfig, ctx: DistContext) -> int:
-    """Train ``config.trainer`` with ``config.strategy`` in the initialised world ``ctx``.
+def run_training(
+    config: TrainConfig, ctx: DistContext, preemption: PreemptionWatch | None = None
+) -> int:
+    """Train ``config.trainer`` with ``config.strategy`` in the initialised world ``ctx``,
+    continuing from a checkpoint as ``--resume`` says.
 
-    Returns 0 when the run completed. Errors propagate (a DdpimgError for user errors, to be
-    reported as ``ddpimg: error:`` with exit status 2) after rank 0 recorded the failure and
-    its exit status in manifest.json.
+    Returns 0 when the run completed, ``exitcodes.PREEMPTED`` when ``preemption`` stopped it
+    after a checkpoint (manifest.json: status "preempted"). Errors propagate (a DdpimgError
+    for user errors, to be reported as ``ddpimg: error:`` with exit status 2) after rank 0
+    recorded the failure and its exit status in manifest.json.
     """
+    from ddpimg import exitcodes
+    from ddpimg.train.checkpoint import resolve_resume
     from ddpimg.train.loop import train
     from ddpimg.train.outputs import RunRecorder
+    from ddpimg.train.preemption import Preempted
     from ddpimg.train.strategies import STRATEGIES
     from ddpimg.train.tasks import TASKS
 
+    config = config.for_device(ctx.device.type)
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
     task = TASKS[config.trainer](config)
     strategy = STRATEGIES[config.strategy](config, ctx)
-    recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr) if ctx.is_main else None
+    resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
+    recorder = (
+        RunRecorder.start(config, ctx, os.environ, sys.stderr, resume) if ctx.is_main else None
+    )
     try:
-        summary = train(config, ctx, task, strategy, recorder)
+        summary = train(config, ctx, task, strategy, recorder, resume=resume, preemption=preemption)
+    except Preempted as stop:
+        if recorder is not None:
+            print(
+                f"ddpimg: {stop}; exit status {exitcodes.PREEMPTED} (run again with "
+                "--resume auto to continue)",
+                file=sys.stderr,
+                flush=True,
+            )
+            recorder.manifest["preemption"] = {
+                "cause": stop.cause,
+                "step": stop.step,
+                "checkpoint": str(stop.checkpoint),
+            }
+            recorder.finish("preempted", exitcodes.PREEMPTED)
+        return exitcodes.PREEMPTED
     except BaseException as err:
         if recorder is not None:
             recorder.finish(*_failure(err))

@@ -1,7 +1,8 @@
 """What rank 0 writes into ``--out``: ``metrics.jsonl`` and ``manifest.json``.
 
 ``metrics.jsonl`` gets one JSON object a line, each written whole and flushed, so a crashed
-run leaves only complete lines behind; a new run replaces the file. ``manifest.json`` is
+run leaves only complete lines behind; a new run replaces the file, a resumed one keeps the
+lines up to its checkpoint and appends. ``manifest.json`` is
 written when the run starts (status "running") and replaced atomically at the end (write a
 temporary file, fsync, rename) with the final status and exit status, so readers never see
 a half-written manifest.
@@ -24,6 +25,7 @@ from ddpimg.train.progress import Progress
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.checkpoint import Resume
     from ddpimg.train.options import TrainConfig
 
 METRICS = "metrics.jsonl"
@@ -38,10 +40,14 @@ def utc_now() -> str:
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """Replace ``path`` with ``data`` as JSON so that it is either the old or the new file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that it is either the old or the new file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with temporary.open("w", encoding="utf-8") as stream:
-        json.dump(data, stream, indent=2, sort_keys=True)
-        stream.write("\n")
+        stream.write(text)
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(temporary, path)
@@ -51,6 +57,16 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def _first_lines(path: Path, count: int) -> list[str]:
+    """The first ``count`` complete lines of ``path`` (fewer if it has fewer; none if it
+    does not exist)."""
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as stream:
+        lines = [line for _, line in zip(range(count), stream, strict=False)]
+    return [line for line in lines if line.endswith("\n")]
 
 
 def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -97,15 +113,29 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 class MetricsWriter:
-    """``metrics.jsonl``: one JSON object a line, flushed line by line."""
+    """``metrics.jsonl``: one JSON object a line, flushed line by line. ``keep_lines``
+    (a resumed run) keeps that many lines of the existing file, the ones written up to
+    the checkpoint, and appends after them; otherwise the file starts empty."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep_lines: int | None = None) -> None:
         self.path = path
-        self._stream = path.open("w", encoding="utf-8")
+        self.lines = 0
+        if keep_lines:
+            kept = _first_lines(path, keep_lines)
+            write_text_atomic(path, "".join(kept))
+            self.lines = len(kept)
+        self._stream = path.open("a" if keep_lines else "w", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._stream.write(json.dumps(record) + "\n")
         self._stream.flush()
+        self.lines += 1
+
+    def sync(self) -> int:
+        """Make the lines written so far durable; returns how many there are."""
+        self._stream.flush()
+        os.fsync(self._stream.fileno())
+        return self.lines
 
     def close(self) -> None:
         self._stream.close()
@@ -114,18 +144,30 @@ class MetricsWriter:
 class RunRecorder:
     """Rank 0's outputs for one run: metrics, manifest and progress."""
 
-    def __init__(self, out: Path, manifest: dict[str, Any], progress: Progress) -> None:
+    def __init__(
+        self,
+        out: Path,
+        manifest: dict[str, Any],
+        progress: Progress,
+        keep_metrics_lines: int | None = None,
+    ) -> None:
         self.out = out
         self.manifest = manifest
         self.progress = progress
-        self.metrics = MetricsWriter(out / METRICS)
+        self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines)
         write_json_atomic(out / MANIFEST, manifest)
 
     @classmethod
     def start(
-        cls, config: TrainConfig, ctx: DistContext, env: Mapping[str, str], stream: TextIO
+        cls,
+        config: TrainConfig,
+        ctx: DistContext,
+        env: Mapping[str, str],
+        stream: TextIO,
+        resume: Resume | None = None,
     ) -> RunRecorder:
-        """Create ``--out`` and write the "running" manifest."""
+        """Create ``--out`` and write the "running" manifest. A run resumed from one of
+        ``--out``'s checkpoints keeps the metrics lines written up to it."""
         manifest = {
             "status": "running",
             "exit_status": None,
@@ -142,10 +184,12 @@ class RunRecorder:
             },
             "run_info": ctx.run_info,
             "versions": collect_versions(env),
+            "resumed_from": None if resume is None else resume.manifest_entry(),
         }
+        keep = resume.record.metrics_lines if resume is not None and resume.in_out else None
         try:
             config.out.mkdir(parents=True, exist_ok=True)
-            return cls(config.out, manifest, Progress(stream))
+            return cls(config.out, manifest, Progress(stream), keep)
         except OSError as err:
             raise DdpimgError(
                 f"--out {config.out}: cannot write there ({err.strerror}: {err.filename})",
@@ -159,8 +203,16 @@ class RunRecorder:
         self.progress.step(step, epoch)
 
     def train(
-        self, epoch: int, step: int, loss: float, samples_per_s: float, elapsed_s: float
+        self,
+        epoch: int,
+        step: int,
+        loss: float,
+        samples_per_s: float,
+        elapsed_s: float,
+        *,
+        extra: Mapping[str, float | None] | None = None,
     ) -> None:
+        """A train line; ``extra`` adds the task's own rates (tokens/s, ...)."""
         self.metrics.write(
             {
                 "kind": "train",
@@ -169,6 +221,7 @@ class RunRecorder:
                 "loss": loss,
                 "samples_per_s": samples_per_s,
                 "elapsed_s": elapsed_s,
+                **(extra or {}),
             }
         )
         self.progress.train(step, epoch, loss, samples_per_s)
@@ -176,6 +229,10 @@ class RunRecorder:
     def eval(self, epoch: int, loss: float, accuracy: float) -> None:
         self.metrics.write({"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy})
         self.progress.eval(epoch, loss, accuracy)
+
+    def sync_metrics(self) -> int:
+        """Make metrics.jsonl durable (a checkpoint records its length); its line count."""
+        return self.metrics.sync()
 
     def summary(self, record: Mapping[str, Any]) -> None:
         self.metrics.write({"kind": "summary", **record})

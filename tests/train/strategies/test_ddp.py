@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.options import TrainConfig
 from ddpimg.train.strategies import STRATEGIES
+from ddpimg.train.strategies.base import Strategy
 
 
 def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
@@ -22,3 +28,36 @@ def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
     assert not torch.equal(before, model.weight)
     strategy.zero_grad()
     assert model.weight.grad is None
+
+
+def trained_linear(ctx: DistContext, size: int) -> tuple[Strategy, nn.Module, nn.Linear]:
+    """A DDP-wrapped linear layer after one Adam step: strategy, wrapped and bare module."""
+    model = nn.Linear(size, 2)
+    strategy = STRATEGIES["ddp"](TrainConfig(), ctx)
+    wrapped = strategy.wrap(model, torch.optim.Adam(model.parameters(), lr=0.1))
+    strategy.backward(wrapped(torch.ones(4, size)).sum())
+    strategy.step()
+    return strategy, wrapped, model
+
+
+def test_save_and_load_restore_model_and_optimizer(ctx: DistContext, tmp_path: Path) -> None:
+    saved, saved_wrapped, saved_model = trained_linear(ctx, 3)
+    saved.save(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+    loaded, loaded_wrapped, loaded_model = trained_linear(ctx, 3)
+    loaded.load(tmp_path)
+    assert torch.equal(loaded_model.weight, saved_model.weight)
+    # The next step is the saved run's: Adam's moments and step count came back too.
+    for strategy, wrapped in ((saved, saved_wrapped), (loaded, loaded_wrapped)):
+        strategy.zero_grad()
+        strategy.backward(wrapped(torch.ones(4, 3)).sum())
+        strategy.step()
+    assert torch.equal(loaded_model.weight, saved_model.weight)
+
+
+def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> None:
+    saved, _, _ = trained_linear(ctx, 3)
+    saved.save(tmp_path)
+    other, _, _ = trained_linear(ctx, 5)
+    with pytest.raises(DdpimgError, match=rf"checkpoint {tmp_path}/model.pt does not fit this"):
+        other.load(tmp_path)

@@ -73,7 +73,7 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
     order = epoch_order(len(train_set), seed=1, epoch=1)
     context = DropoutContext(seed=1)
     torch.manual_seed(1)
-    model = task.build_model(context)
+    model = task.build_model(context, torch.device("cpu"))
 
     def gradients(per_rank: int, rank: int, world: int) -> list[torch.Tensor]:
         model.zero_grad()

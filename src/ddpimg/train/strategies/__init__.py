@@ -26,7 +26,14 @@ def _deepspeed(config: TrainConfig, ctx: DistContext) -> Strategy:
     return DeepSpeedStrategy(config, ctx)
 
 
+def _fsdp(config: TrainConfig, ctx: DistContext) -> Strategy:
+    from ddpimg.train.strategies.fsdp import FsdpStrategy
+
+    return FsdpStrategy(config, ctx)
+
+
 STRATEGIES: dict[str, Callable[[TrainConfig, DistContext], Strategy]] = {
     "ddp": _ddp,
     "deepspeed": _deepspeed,
+    "fsdp": _fsdp,
 }

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
     from torch import nn
 
@@ -17,6 +19,10 @@ class Strategy(Protocol):
     """Wraps a model and its optimizer; train/eval mode is set on the returned model."""
 
     name: str
+    #: True when ``load`` accepts what ``save`` wrote with another world size (the global
+    #: batch being the same): the saved state is replicated (DDP) or resharded on load
+    #: (torch.distributed.checkpoint). False makes a resume with another world size an error.
+    reshards_on_load: bool
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         """Take over ``model`` (already on the device) and ``optimizer``; returns the module
@@ -33,4 +39,31 @@ class Strategy(Protocol):
 
     def zero_grad(self) -> None:
         """Clear the gradients before the next backward."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the model and optimizer state into ``directory``, in this strategy's native
+        format (DDP: rank 0 ``torch.save``; DeepSpeed: ``engine.save_checkpoint``; FSDP:
+        ``torch.distributed.checkpoint``).
+
+        Called after ``wrap``, on every rank at the same step boundary (a collective call:
+        the strategy may use collectives and barriers inside). ``directory`` is the same
+        path on every rank, already exists, is empty, and lies on a filesystem every rank
+        sees. Write only inside it; return once this rank's part is written and closed.
+        Do not fsync, rename or checksum (the checkpoint module does, after every rank
+        returned), and do not save the scheduler, RNG states or loop position (it saves
+        them too).
+        """
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore the model and optimizer state that ``save`` wrote into ``directory``.
+
+        Called after ``wrap`` and before the first step, on every rank (collective), with a
+        directory whose checksums were verified. Afterwards the next ``step`` must do
+        exactly what it would have done in the saved run: parameters, optimizer moments and
+        step counts, and the param groups' learning rates (the scheduler is restored after
+        this call). Raise a DdpimgError naming ``directory`` when its content does not fit
+        the wrapped model.
+        """
         ...

@@ -1,5 +1,9 @@
 """``--strategy ddp``: torch's DistributedDataParallel, gradients averaged in buckets during
-backward."""
+backward.
+
+Checkpoints: every rank holds the same model and optimizer state, so rank 0 alone writes
+``model.pt`` (``torch.save`` of both state dicts) and every rank reads it back; a resume
+may therefore use another world size, the global batch being the same."""
 
 from __future__ import annotations
 
@@ -9,21 +13,34 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpimg.errors import DdpimgError
+
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ddpimg.runtime.context import DistContext
+
+
+STATE_FILE = "model.pt"
 
 
 class DdpStrategy:
     name = "ddp"
+    reshards_on_load = True
 
     def __init__(self, ctx: DistContext) -> None:
         self.ctx = ctx
+        self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        self._optimizer = optimizer
-        # device_ids names the one GPU this process drives; it must stay None on the CPU.
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        self._model, self._optimizer = model, optimizer
+        # device_ids names the one GPU this process drives; it must stay None on the CPU and
+        # for a module spread over several GPUs (the toy trainer's head and tail).
+        single_gpu = self.ctx.device.type == "cuda" and all(
+            parameter.device == self.ctx.device for parameter in model.parameters()
+        )
+        device_ids = [self.ctx.device.index] if single_gpu else None
         # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy.
         return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
@@ -35,6 +52,33 @@ class DdpStrategy:
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, directory: Path) -> None:
+        if self.ctx.is_main:
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            torch.save(state, directory / STATE_FILE)
+
+    def load(self, directory: Path) -> None:
+        path = directory / STATE_FILE
+        # The unwrapped module's parameters sit on the devices the task put them on (two
+        # for the toy trainer): loading copies into them, wherever they are.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise DdpimgError(
+                f"checkpoint {path} does not fit this model and optimizer ({err})",
+                hint="resume with the trainer, model flags and strategy that wrote it, or "
+                "--resume none",
+            ) from err
+
+    @property
+    def model(self) -> nn.Module:
+        """The unwrapped module: its state dict has no DDP ``module.`` prefixes."""
+        if self._model is None:
+            raise RuntimeError("DdpStrategy used before wrap()")
+        return self._model
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:

@@ -6,6 +6,9 @@ wrapping the initialised torch.distributed group, before any MPI discovery or
 ``init_process_group``. The optimizer is the task's own torch optimizer and its learning
 rate schedule is stepped by the loop, exactly as with DDP; DeepSpeed averages the gradients
 over the data-parallel ranks, as DDP does, so both strategies follow the same trajectory.
+
+Checkpoints are DeepSpeed's own (``engine.save_checkpoint`` on every rank: the module, and
+the optimizer state partitioned by ZeRO rank), so a resume needs the same world size.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from ddpimg.errors import DdpimgError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
     from torch import nn
 
@@ -24,6 +29,8 @@ if TYPE_CHECKING:
     from ddpimg.train.options import TrainConfig
 
 
+# The checkpoint's tag: DeepSpeed writes into <directory>/<tag>/.
+CHECKPOINT_TAG = "engine"
 # DeepSpeed's own ZeRO bucket size, in elements.
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
@@ -56,6 +63,7 @@ def deepspeed_config(
 
 class DeepSpeedStrategy:
     name = "deepspeed"
+    reshards_on_load = False
 
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.ctx = ctx
@@ -108,6 +116,32 @@ class DeepSpeedStrategy:
 
     def zero_grad(self) -> None:
         """Nothing to do: ``engine.step()`` already cleared the gradients."""
+
+    def save(self, directory: Path) -> None:
+        # No 'latest' file: the checkpoint module decides which checkpoint is the latest.
+        self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False)
+
+    def load(self, directory: Path) -> None:
+        # The learning-rate schedule is the loop's, restored by the checkpoint module.
+        try:
+            loaded, _ = self.engine.load_checkpoint(
+                str(directory),
+                tag=CHECKPOINT_TAG,
+                load_optimizer_states=True,
+                load_lr_scheduler_states=False,
+            )
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise DdpimgError(
+                f"checkpoint {directory} does not fit this model and optimizer ({err})",
+                hint="resume with the trainer, model flags, world size and --zero-stage that "
+                "wrote it, or --resume none",
+            ) from err
+        if loaded is None:
+            raise DdpimgError(
+                f"checkpoint {directory}: DeepSpeed found no engine checkpoint "
+                f"{CHECKPOINT_TAG!r} in it",
+                hint="resume from a checkpoint written with --strategy deepspeed, or --resume none",
+            )
 
     @property
     def engine(self) -> Any:

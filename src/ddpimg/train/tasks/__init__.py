@@ -20,6 +20,27 @@ def _mnist(config: TrainConfig) -> Task:
     return MnistTask(config)
 
 
+def _toy(config: TrainConfig) -> Task:
+    from ddpimg.train.tasks.toy import ToyTask
+
+    return ToyTask(config)
+
+
+def _resnet(config: TrainConfig) -> Task:
+    from ddpimg.train.tasks.resnet import ResnetTask
+
+    return ResnetTask(config)
+
+
+def _gpt(config: TrainConfig) -> Task:
+    from ddpimg.train.tasks.gpt import GptTask
+
+    return GptTask(config)
+
+
 TASKS: dict[str, Callable[[TrainConfig], Task]] = {
     "mnist": _mnist,
+    "toy": _toy,
+    "resnet": _resnet,
+    "gpt": _gpt,
 }

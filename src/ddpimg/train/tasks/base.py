@@ -30,9 +30,11 @@ class Task(Protocol):
         """The training and evaluation sets, on ``device``."""
         ...
 
-    def build_model(self, dropout: DropoutContext) -> nn.Module:
-        """A freshly initialised model (from torch's global RNG, seeded by the loop); its
-        dropout layers draw their masks through ``dropout``."""
+    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
+        """A freshly initialised model (from torch's global RNG, seeded by the loop) on
+        ``device``; its dropout layers draw their masks through ``dropout``. A model spread
+        over several devices (``toy``) takes its inputs on ``device`` and returns its output
+        there, so the loop and the collectives see one device per rank."""
         ...
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -45,6 +47,12 @@ class Task(Protocol):
         ...
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
+
+    def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
+        """Task-specific rates derived from the training throughput of the whole world
+        (images/s, tokens/s, model-FLOPs utilisation), added to train lines and the summary;
+        empty when the samples are all there is to count."""
+        ...
 
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer

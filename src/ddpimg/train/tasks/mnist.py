@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from ddpimg.train.tasks.base import Dataset
 
 
+# The tutorial's Adadelta learning rate and per-epoch decay.
+LR = 1.0
+GAMMA = 0.7
+
+
 class MnistNet(nn.Module):
     """conv(1,32,3,1) -> relu -> conv(32,64,3,1) -> relu -> max_pool(2) -> dropout(0.25) ->
     flatten -> fc(9216,128) -> relu -> dropout(0.5) -> fc(128,10) -> log_softmax."""
@@ -56,8 +61,8 @@ class MnistTask:
         data = load_mnist(self.config.data, self.config.train_samples, self.config.eval_samples)
         return data.train.to(device), data.test.to(device)
 
-    def build_model(self, dropout: DropoutContext) -> nn.Module:
-        return MnistNet(dropout)
+    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
+        return MnistNet(dropout).to(device)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # float(): under bf16 autocast the loss is still reduced in fp32.
@@ -67,9 +72,13 @@ class MnistTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adadelta(model.parameters(), lr=self.config.lr)
+        return torch.optim.Adadelta(model.parameters(), lr=self.config.learning_rate(LR))
 
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=self.config.gamma)
+        gamma = self.config.lr_decay(GAMMA)
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)
+
+    def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
+        return {}

@@ -1,0 +1,174 @@
+"""``--resume auto|PATH|none``: which checkpoint a run continues from, decided by rank 0
+and broadcast, so that every rank loads the same one.
+
+- ``auto`` (the default, what a requeued batch job needs): the newest checkpoint of
+  ``--out`` that verifies; each invalid newer one is skipped with a warning naming it. No
+  checkpoint at all (a fresh ``--out``) starts a new run without a word.
+- ``PATH``: that checkpoint directory; one that does not verify is an error.
+- ``none``: a new run; the checkpoints already in ``--out`` are removed (with a warning),
+  so that they cannot be mistaken for this run's later.
+
+The chosen checkpoint must come from the same configuration (``state.fingerprint``);
+otherwise the run stops with an error naming each differing option.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ddpimg.errors import DdpimgError
+from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
+from ddpimg.train.checkpoint.state import (
+    LOOP_JSON,
+    CheckpointRecord,
+    check_fingerprint,
+    fingerprint,
+)
+
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+
+AUTO = "auto"
+NONE = "none"
+PATH_HINT = (
+    "give a checkpoint directory written by train (DIR/checkpoints/step-NNNNNNNN), or "
+    "--resume auto for the newest valid one in --out"
+)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run continues from. ``in_out``: it is one of ``--out``'s own, so
+    ``metrics.jsonl`` there keeps its first ``record.metrics_lines`` lines and goes on."""
+
+    path: Path
+    record: CheckpointRecord
+    in_out: bool
+
+    def manifest_entry(self) -> dict[str, object]:
+        return {"checkpoint": str(self.path), "step": self.record.loop.step}
+
+
+def read_record(path: Path) -> CheckpointRecord:
+    """``loop.json`` of a verified checkpoint."""
+    try:
+        data = json.loads((path / LOOP_JSON).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DdpimgError(
+            f"checkpoint {path}: cannot read {LOOP_JSON} ({err})", hint=PATH_HINT
+        ) from err
+    return CheckpointRecord.from_json(data, path)
+
+
+def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: TextIO) -> Path | None:
+    """Rank 0's choice for ``config.resume`` (warnings on ``stream``); ``current`` is this
+    run's fingerprint. Raises a DdpimgError for an invalid PATH or another configuration."""
+    root = config.out / CHECKPOINTS
+    if config.resume == NONE:
+        existing = candidates(root)
+        if existing:
+            print(
+                f"ddpimg: warning: --resume none: removing {len(existing)} checkpoint(s) "
+                f"of an earlier run in {root}",
+                file=stream,
+                flush=True,
+            )
+            shutil.rmtree(root)
+        return None
+    if config.resume == AUTO:
+        chosen = None
+        for path in candidates(root):
+            reason = verify(path)
+            if reason is None:
+                chosen = path
+                break
+            print(f"ddpimg: warning: skipping checkpoint {path}: {reason}", file=stream, flush=True)
+        if chosen is None:
+            return None
+    else:
+        chosen = Path(config.resume)
+        reason = verify(chosen)
+        if reason is not None:
+            raise DdpimgError(f"--resume {chosen}: the checkpoint {reason}", hint=PATH_HINT)
+    record = read_record(chosen)
+    check_fingerprint(record.fingerprint, current, chosen)
+    loop = record.loop
+    print(
+        f"ddpimg: resuming from {chosen} (epoch {loop.epoch}, step {loop.step})",
+        file=stream,
+        flush=True,
+    )
+    return chosen
+
+
+def resolve_resume(
+    config: TrainConfig, ctx: DistContext, reshards: bool, stream: TextIO
+) -> Resume | None:
+    """The checkpoint every rank continues from, or None for a new run. Collective: rank 0
+    chooses (``choose_checkpoint``) and broadcasts its choice or its error; then every rank
+    must see the same ``--out`` (``check_shared``): checkpoints are written and read by all
+    ranks."""
+    import torch.distributed as dist
+
+    global_batch = config.per_rank_batch(ctx.world_size) * ctx.world_size
+    current = fingerprint(config, ctx.world_size, global_batch, reshards)
+    root = config.out / CHECKPOINTS
+    probe = root / f".probe-{secrets.token_hex(8)}"
+    outcome: list[object] = [None]
+    if ctx.is_main:
+        try:
+            chosen = choose_checkpoint(config, current, stream)
+            root.mkdir(parents=True, exist_ok=True)
+            probe.touch()
+            outcome = [("ok", None if chosen is None else str(chosen), str(probe))]
+        except DdpimgError as err:
+            outcome = [("error", err.message, err.hint)]
+        except OSError as err:
+            # Told to every rank: the others are waiting for the decision.
+            outcome = [
+                (
+                    "error",
+                    f"--out {config.out}: cannot write there ({err.strerror}: {err.filename})",
+                    "choose a writable directory with --out",
+                )
+            ]
+    dist.broadcast_object_list(outcome, src=0)
+    decision = outcome[0]
+    if not isinstance(decision, tuple):
+        raise RuntimeError(f"rank 0 broadcast {decision!r} instead of a resume decision")
+    if decision[0] == "error":
+        raise DdpimgError(decision[1], hint=decision[2])
+    check_shared(Path(decision[2]), ctx)
+    if decision[1] is None:
+        return None
+    path = Path(decision[1])
+    in_out = path.resolve().parent == root.resolve()
+    return Resume(path, read_record(path), in_out)
+
+
+def check_shared(probe: Path, ctx: DistContext) -> None:
+    """Every rank looks for ``probe``, a file with a random name that rank 0 just made in
+    the checkpoints folder; rank 0 removes it. Raises a DdpimgError (on every rank) naming
+    the ranks that do not see it."""
+    import torch
+    import torch.distributed as dist
+
+    blind = torch.zeros(ctx.world_size, dtype=torch.int32, device=ctx.device)
+    blind[ctx.rank] = 0 if probe.exists() else 1
+    dist.all_reduce(blind)
+    if ctx.is_main:
+        probe.unlink()
+    missing = [rank for rank, flag in enumerate(blind.tolist()) if flag]
+    if missing:
+        raise DdpimgError(
+            f"rank(s) {', '.join(map(str, missing))} do not see {probe.parent} as rank 0 "
+            "does: every rank writes its part of a checkpoint there and reads it on resume",
+            hint="put --out on a filesystem that every node mounts at the same path "
+            "(home, project or scratch), not on node-local storage such as /tmp",
+        )

@@ -1,0 +1,142 @@
+"""Saving and restoring the checkpoints of one run; every method is collective (all ranks
+call it at the same point of the loop).
+
+A save: rank 0 prepares the staging folder; every rank has the strategy write its part
+(``<strategy>/``) and writes its RNG states; rank 0 writes the loop position and the
+scheduler; every rank fsyncs; then rank 0 writes the marker, publishes (rename) and prunes
+to ``--keep-checkpoints``. Nothing is visible under the final name before it is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from ddpimg.train.checkpoint.files import (
+    CHECKPOINTS,
+    checkpoint_name,
+    fsync_tree,
+    prune,
+    publish,
+    remove_leftovers,
+    staging_name,
+    write_marker,
+)
+from ddpimg.train.checkpoint.state import (
+    LOOP_JSON,
+    LOOP_PT,
+    RNG_DIR,
+    CheckpointRecord,
+    LoopState,
+    capture_rng,
+    fingerprint,
+    load_tensors,
+    restore_rng,
+    rng_file,
+)
+from ddpimg.train.outputs import utc_now
+
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.checkpoint.resume import Resume
+    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.outputs import RunRecorder
+    from ddpimg.train.strategies.base import Strategy
+
+
+class Checkpointer:
+    """The checkpoints of the run ``config`` in the world ``ctx``; ``recorder`` is rank 0's
+    (None elsewhere), whose metrics.jsonl length each checkpoint records."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        ctx: DistContext,
+        strategy: Strategy,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        recorder: RunRecorder | None,
+    ) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.strategy = strategy
+        self.scheduler = scheduler
+        self.recorder = recorder
+        self.root = config.out / CHECKPOINTS
+        self.global_batch = config.per_rank_batch(ctx.world_size) * ctx.world_size
+        self._last: tuple[tuple[int, bool], Path] | None = None
+
+    def due(self, step: int) -> bool:
+        """Whether ``--checkpoint-every`` asks for a checkpoint after ``step``."""
+        every = self.config.checkpoint_every
+        return bool(every) and step % every == 0
+
+    def restore(self, resume: Resume | None) -> LoopState:
+        """Load ``resume`` into the wrapped model, optimizer and scheduler and this
+        process's RNGs; returns where the loop continues (the start for None). With another
+        world size (strategies that reshard), every rank takes rank 0's RNG states."""
+        if resume is None:
+            return LoopState()
+        self.strategy.load(resume.path / self.strategy.name)
+        self.scheduler.load_state_dict(load_tensors(resume.path / LOOP_PT)["scheduler"])
+        # A run resumed at the end of an epoch steps the scheduler before any optimizer step
+        # of this process, rightly (those steps were taken before the checkpoint); torch
+        # would warn that the schedule's first value gets skipped, which it does not here.
+        warnings.filterwarnings(
+            "ignore", message=r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step"
+        )
+        same_world = resume.record.world_size == self.ctx.world_size
+        restore_rng(load_tensors(resume.path / rng_file(self.ctx.rank if same_world else 0)))
+        loop = resume.record.loop
+        self._last = ((loop.step, loop.epoch_done), resume.path)
+        return loop
+
+    def save(self, state: LoopState, reason: str) -> Path:
+        """Write the checkpoint of ``state`` (``reason``: interval, epoch, preempted) and
+        return its directory; a second call for the same position returns the first's."""
+        key = (state.step, state.epoch_done)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        staging = self.root / staging_name(state.step)
+        final = self.root / checkpoint_name(state.step)
+        if self.ctx.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            remove_leftovers(self.root)
+            (staging / self.strategy.name).mkdir(parents=True)
+            (staging / RNG_DIR).mkdir()
+        dist.barrier()
+        self.strategy.save(staging / self.strategy.name)
+        torch.save(capture_rng(), staging / rng_file(self.ctx.rank))
+        if self.ctx.is_main:
+            torch.save({"scheduler": self.scheduler.state_dict()}, staging / LOOP_PT)
+            record = CheckpointRecord(
+                loop=state,
+                world_size=self.ctx.world_size,
+                global_batch=self.global_batch,
+                strategy=self.strategy.name,
+                fingerprint=fingerprint(
+                    self.config,
+                    self.ctx.world_size,
+                    self.global_batch,
+                    self.strategy.reshards_on_load,
+                ),
+                metrics_lines=self.recorder.sync_metrics() if self.recorder else 0,
+                reason=reason,
+                saved_utc=utc_now(),
+            )
+            text = json.dumps(record.to_json(), indent=1, sort_keys=True)
+            (staging / LOOP_JSON).write_text(text + "\n", encoding="utf-8")
+        dist.barrier()
+        # Every rank flushes: on a shared filesystem only the writer's node can.
+        fsync_tree(staging)
+        dist.barrier()
+        if self.ctx.is_main:
+            write_marker(staging, state.step)
+            publish(staging, final)
+            prune(self.root, self.config.keep_checkpoints, state.step)
+        self._last = (key, final)
+        return final

@@ -1,0 +1,1 @@
+"""Models written here in plain torch (the others come from torchvision)."""

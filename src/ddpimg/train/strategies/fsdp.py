@@ -1,0 +1,156 @@
+"""``--strategy fsdp``: FSDP2, ``torch.distributed.fsdp.fully_shard``.
+
+Each rank keeps 1/world of every parameter, gradient and optimizer state; a unit's full
+parameters are all-gathered for its forward and backward and freed after, and gradients
+are reduce-scattered with the mean over ranks, as DDP averages them, so the update is that
+of one process on the whole global batch.
+
+Units (``shard_units``): the elements of the model's outermost ``nn.ModuleList`` /
+``nn.Sequential`` containers that hold parameters - a GPT's transformer blocks, a ResNet's
+bottleneck blocks, a ViT's encoder layers - each get ``fully_shard``, then the root takes
+what is left (embeddings, stem, head; tied weights stay together there). With
+``--precision bf16`` the units compute in bf16 and reduce gradients in fp32.
+
+FSDP2 replaces every parameter by a sharded DTensor parameter of the same name. The loop
+hands over an optimizer the task built on the full parameters (DeepSpeed needs it that
+way), so ``wrap`` points that optimizer's param groups at the sharded parameters by name:
+same groups, same hyper-parameters, and no state yet to move.
+
+Checkpoints use torch.distributed.checkpoint (DCP): every rank writes its shards, and a
+checkpoint loads into any world size (DCP reshards on load).
+
+FSDP2 runs on the CPU with Gloo (torch 2.14: all-gather and reduce-scatter of CPU tensors);
+the integration tests run it there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ddpimg.errors import DdpimgError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.options import TrainConfig
+
+MODEL_KEY = "model"
+OPTIMIZER_KEY = "optimizer"
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The submodules that get their own ``fully_shard``, in module order (see the module
+    docstring); empty for a model without containers (it is sharded as one unit)."""
+    units: list[nn.Module] = []
+    for child in model.children():
+        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+            units.extend(
+                element
+                for element in child.children()
+                if next(element.parameters(), None) is not None
+            )
+        else:
+            units.extend(shard_units(child))
+    return units
+
+
+class FsdpStrategy:
+    name = "fsdp"
+    reshards_on_load = True
+
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
+        self.ctx = ctx
+        self.precision = config.precision
+        self._model: nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        devices = {parameter.device for parameter in model.parameters()}
+        if len(devices) > 1:
+            raise DdpimgError(
+                f"--strategy fsdp needs the whole model on one device, found parameters on "
+                f"{', '.join(sorted(str(device) for device in devices))}",
+                hint="use --strategy ddp for a model spread over several GPUs",
+            )
+        if optimizer.state:
+            raise RuntimeError("FsdpStrategy.wrap needs an optimizer that has not stepped yet")
+        names = {id(parameter): name for name, parameter in model.named_parameters()}
+        mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.precision == "bf16"
+            else MixedPrecisionPolicy()
+        )
+        for unit in shard_units(model):
+            fully_shard(unit, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        sharded = dict(model.named_parameters())
+        for group in optimizer.param_groups:
+            group["params"] = [sharded[names[id(parameter)]] for parameter in group["params"]]
+        self._model, self._optimizer = model, optimizer
+        return model
+
+    def backward(self, loss: torch.Tensor) -> None:
+        torch.autograd.backward(loss)
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, directory: Path) -> None:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        save(
+            {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state},
+            checkpoint_id=str(directory),
+        )
+
+    def load(self, directory: Path) -> None:
+        from torch.distributed.checkpoint.api import CheckpointException
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict_loader import load
+
+        # The current state gives DCP the keys, shapes and shardings to read into; it loads
+        # in place, into these same dictionaries.
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        try:
+            load(
+                {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state},
+                checkpoint_id=str(directory),
+            )
+        except (CheckpointException, RuntimeError, KeyError, ValueError) as err:
+            raise DdpimgError(
+                f"checkpoint {directory} does not fit this model and optimizer "
+                f"(torch.distributed.checkpoint: {err})",
+                hint="resume with the trainer, model flags and strategy that wrote it, or "
+                "--resume none",
+            ) from err
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=model_state,
+            optim_state_dict=optimizer_state,
+        )
+
+    @property
+    def model(self) -> nn.Module:
+        if self._model is None:
+            raise RuntimeError("FsdpStrategy used before wrap()")
+        return self._model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            raise RuntimeError("FsdpStrategy used before wrap()")
+        return self._optimizer

@@ -1,0 +1,159 @@
+"""``--resume auto|PATH|none`` in a 1-rank world: which checkpoint, warnings and errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ddpimg.errors import DdpimgError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.checkpoint import resolve_resume
+from ddpimg.train.checkpoint.files import (
+    CHECKPOINTS,
+    checkpoint_name,
+    publish,
+    staging_name,
+    write_marker,
+)
+from ddpimg.train.checkpoint.state import CheckpointRecord, LoopState, fingerprint
+from ddpimg.train.options import TrainConfig
+
+
+def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Path:
+    """A checkpoint of ``config`` (1 rank, DDP) with only loop.json besides the marker: the
+    choice of a checkpoint reads nothing else."""
+    root = root or config.out / CHECKPOINTS
+    staging = root / staging_name(step)
+    staging.mkdir(parents=True)
+    batch = config.per_rank_batch(1)
+    record = CheckpointRecord(
+        loop=LoopState(step=step, epoch=1, index=step, epoch_done=False),
+        world_size=1,
+        global_batch=batch,
+        strategy="ddp",
+        fingerprint=fingerprint(config, 1, batch, reshards=True),
+        metrics_lines=step,
+        reason="interval",
+        saved_utc="2024-06-01T00:00:00Z",
+    )
+    (staging / "loop.json").write_text(json.dumps(record.to_json()))
+    write_marker(staging, step)
+    publish(staging, root / checkpoint_name(step))
+    return root / checkpoint_name(step)
+
+
+def truncate_marker(path: Path) -> None:
+    (path / "complete.json").write_text("{")
+
+
+@pytest.fixture
+def config(make_config: Callable[..., TrainConfig], tmp_path: Path) -> TrainConfig:
+    return make_config(out=tmp_path / "run")
+
+
+def test_fresh_out_starts_silently(ctx: DistContext, config: TrainConfig) -> None:
+    stream = io.StringIO()
+    assert resolve_resume(config, ctx, True, stream) is None
+    assert stream.getvalue() == ""
+    # The check that every rank sees --out leaves nothing behind.
+    assert list((config.out / CHECKPOINTS).iterdir()) == []
+
+
+def test_auto_takes_the_newest_valid_and_names_each_skipped(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    for step in (2, 4, 6, 8):
+        save_record(config, step)
+    root = config.out / CHECKPOINTS
+    truncate_marker(root / "step-00000008")
+    size = (root / "step-00000006" / "loop.json").stat().st_size
+    (root / "step-00000006" / "loop.json").write_text("{}")
+    stream = io.StringIO()
+    resume = resolve_resume(config, ctx, True, stream)
+    assert resume is not None
+    assert resume.path == root / "step-00000004"
+    assert resume.record.loop.step == 4
+    assert resume.in_out
+    assert stream.getvalue().splitlines() == [
+        f"ddpimg: warning: skipping checkpoint {root}/step-00000008: complete.json is "
+        "unreadable (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1))",
+        f"ddpimg: warning: skipping checkpoint {root}/step-00000006: loop.json has 2 bytes, "
+        f"complete.json says {size} (truncated?)",
+        f"ddpimg: resuming from {root}/step-00000004 (epoch 1, step 4)",
+    ]
+
+
+def test_auto_with_only_invalid_checkpoints_starts_over(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    truncate_marker(save_record(config, 2))
+    stream = io.StringIO()
+    assert resolve_resume(config, ctx, True, stream) is None
+    assert "skipping checkpoint" in stream.getvalue()
+
+
+def test_path_takes_that_checkpoint_even_if_older(ctx: DistContext, config: TrainConfig) -> None:
+    older = save_record(config, 2)
+    save_record(config, 4)
+    resume = resolve_resume(replace(config, resume=str(older)), ctx, True, io.StringIO())
+    assert resume is not None
+    assert (resume.path, resume.in_out) == (older, True)
+
+
+def test_path_outside_out_does_not_keep_metrics(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    foreign = save_record(config, 2, root=tmp_path / "other")
+    resume = resolve_resume(replace(config, resume=str(foreign)), ctx, True, io.StringIO())
+    assert resume is not None
+    assert not resume.in_out
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("absent", r"does not exist"),
+        ("empty", r"has no complete.json \(the save did not finish, or this is not a checkpoint"),
+        ("damaged marker", r"complete.json is unreadable"),
+    ],
+)
+def test_invalid_path_is_an_error_naming_it(
+    ctx: DistContext, config: TrainConfig, state: str, reason: str
+) -> None:
+    path = config.out / CHECKPOINTS / "step-00000002"
+    if state == "empty":
+        path.mkdir(parents=True)
+    if state == "damaged marker":
+        truncate_marker(save_record(config, 2))
+    with pytest.raises(DdpimgError, match=rf"--resume {path}: the checkpoint ") as err:
+        resolve_resume(replace(config, resume=str(path)), ctx, True, io.StringIO())
+    assert err.match(reason)
+    assert err.match(r"hint: give a checkpoint directory written by train")
+
+
+def test_checkpoint_of_another_configuration_is_an_error(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    save_record(config, 2)
+    with pytest.raises(DdpimgError, match=r"belongs to another configuration; --lr: None in"):
+        resolve_resume(replace(config, lr=0.5), ctx, True, io.StringIO())
+
+
+def test_none_removes_the_checkpoints_of_an_earlier_run(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    save_record(config, 2)
+    save_record(config, 4)
+    stream = io.StringIO()
+    assert resolve_resume(replace(config, resume="none"), ctx, True, stream) is None
+    root = config.out / CHECKPOINTS
+    assert stream.getvalue() == (
+        f"ddpimg: warning: --resume none: removing 2 checkpoint(s) of an earlier run in {root}\n"
+    )
+    assert list(root.iterdir()) == []

@@ -1,0 +1,154 @@
+"""Checkpoints written and restored by the training loop (1-rank gloo group, DDP): a
+preempted run resumed continues bitwise the uninterrupted trajectory on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpimg import exitcodes
+from ddpimg.errors import DdpimgError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train import run_training
+from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, step_of, verify
+from ddpimg.train.options import TrainConfig
+from ddpimg.train.preemption import PreemptionWatch
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def trajectory(out: Path) -> list[tuple[str, int, float]]:
+    """Kind, step or epoch, and loss of every train and eval line."""
+    return [
+        (r["kind"], r.get("step", r["epoch"]), r["loss"])
+        for r in records(out)
+        if r["kind"] in ("train", "eval")
+    ]
+
+
+def manifest(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "manifest.json").read_text())
+    return loaded
+
+
+def steps(out: Path) -> list[int]:
+    return [step_of(path) or 0 for path in candidates(out / CHECKPOINTS)]
+
+
+@pytest.fixture
+def config(make_config: Callable[..., TrainConfig], tmp_path: Path) -> TrainConfig:
+    """4 steps an epoch, 3 epochs, every step logged, deterministic."""
+    return make_config(
+        train_samples=32, epochs=3, max_steps=0, deterministic=True, out=tmp_path / "run"
+    )
+
+
+def preempted(config: TrainConfig, ctx: DistContext, check_every: int) -> int:
+    """Run with SIGUSR2 already received: the loop stops at its first check."""
+    with PreemptionWatch(("USR2",), check_every) as watch:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        return run_training(config, ctx, watch)
+
+
+def test_preempted_run_resumes_on_the_same_trajectory(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    reference = replace(config, out=tmp_path / "reference")
+    assert run_training(reference, ctx) == 0
+
+    # Checks every 3 steps: the first is in the middle of epoch 1.
+    assert preempted(config, ctx, check_every=3) == exitcodes.PREEMPTED
+    stopped = manifest(config.out)
+    assert (stopped["status"], stopped["exit_status"]) == ("preempted", 75)
+    checkpoint = config.out / CHECKPOINTS / "step-00000003"
+    assert stopped["preemption"] == {"cause": "SIGUSR2", "step": 3, "checkpoint": str(checkpoint)}
+    assert steps(config.out) == [3]
+    loop = json.loads((checkpoint / "loop.json").read_text())
+    assert (loop["reason"], loop["loop"]["epoch"], loop["loop"]["index"]) == ("preempted", 1, 3)
+    assert [r["kind"] for r in records(config.out)][-1] == "train"
+
+    assert run_training(config, ctx) == 0
+    assert trajectory(config.out) == trajectory(reference.out)
+    final, expected = records(config.out)[-1], records(reference.out)[-1]
+    assert final["kind"] == "summary"
+    for key in ("steps", "epochs", "final_loss", "eval_loss", "eval_accuracy"):
+        assert final[key] == expected[key], key
+    resumed = manifest(config.out)
+    assert resumed["status"] == "completed"
+    assert resumed["resumed_from"] == {"checkpoint": str(checkpoint), "step": 3}
+
+
+def test_preemption_at_the_last_step_of_an_epoch_resumes_with_its_evaluation(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    reference = replace(config, out=tmp_path / "reference")
+    run_training(reference, ctx)
+    # A check at every epoch's last step comes before the one every 100 steps.
+    assert preempted(config, ctx, check_every=100) == exitcodes.PREEMPTED
+    loop = json.loads((config.out / CHECKPOINTS / "step-00000004" / "loop.json").read_text())
+    assert (loop["loop"]["epoch_done"], loop["reason"]) == (False, "preempted")
+    run_training(config, ctx)
+    assert trajectory(config.out) == trajectory(reference.out)
+    # The epoch-end checkpoint of step 4 replaced the preempted one.
+    loop = json.loads((config.out / CHECKPOINTS / "step-00000004" / "loop.json").read_text())
+    assert loop["reason"] == "epoch"
+
+
+def test_resuming_a_finished_run_trains_nothing_and_reports_the_same(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    run_training(config, ctx)
+    before = records(config.out)
+    run_training(config, ctx)
+    after = records(config.out)
+    assert after[:-1] == before[:-1]
+    for key in ("steps", "epochs", "final_loss", "eval_loss", "eval_accuracy"):
+        assert after[-1][key] == before[-1][key], key
+
+
+def test_resume_from_an_earlier_checkpoint_drops_the_later_metrics(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    run_training(config, ctx)
+    first = trajectory(config.out)
+    earlier = config.out / CHECKPOINTS / "step-00000004"
+    run_training(replace(config, resume=str(earlier)), ctx)
+    assert trajectory(config.out) == first
+    assert [r["kind"] for r in records(config.out)].count("summary") == 1
+
+
+def test_interval_checkpoints_keep_the_newest(ctx: DistContext, config: TrainConfig) -> None:
+    run_training(replace(config, checkpoint_every=3, keep_checkpoints=2), ctx)
+    assert steps(config.out) == [12, 9]
+    assert all(verify(path) is None for path in candidates(config.out / CHECKPOINTS))
+    assert sorted(p.name for p in (config.out / CHECKPOINTS).iterdir()) == [
+        "step-00000009",
+        "step-00000012",
+    ]
+
+
+def test_longer_run_continues_a_finished_one(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    reference = replace(config, out=tmp_path / "reference", epochs=4)
+    run_training(reference, ctx)
+    run_training(config, ctx)
+    run_training(replace(config, epochs=4), ctx)
+    assert trajectory(config.out) == trajectory(reference.out)
+
+
+def test_resume_with_another_configuration_is_refused(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    run_training(replace(config, epochs=1), ctx)
+    with pytest.raises(DdpimgError, match=r"--seed: 1 in the checkpoint, 2 now"):
+        run_training(replace(config, seed=2), ctx)

@@ -1,0 +1,153 @@
+"""What a checkpoint holds besides the model: loop position, fingerprint, RNG states."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import torch
+
+from ddpimg.errors import DdpimgError
+from ddpimg.train.checkpoint.state import (
+    FREE_TO_CHANGE,
+    CheckpointRecord,
+    LoopState,
+    capture_rng,
+    check_fingerprint,
+    fingerprint,
+    restore_rng,
+)
+from ddpimg.train.options import TrainConfig
+
+BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
+
+
+def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> None:
+    values = fingerprint(BASE, world_size=2, global_batch=64, reshards=True)
+    assert not FREE_TO_CHANGE & values.keys()
+    assert values["global_batch"] == 64
+    assert values["lr"] == 1.0
+    assert "world_size" not in values
+    assert fingerprint(BASE, 2, 64, reshards=False)["world_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"epochs": 30, "max_steps": 100, "out": Path("elsewhere"), "log_every": 1},
+        {"checkpoint_every": 5, "keep_checkpoints": 1, "resume": "none", "deterministic": True},
+        {"preempt_signals": ("TERM",), "preempt_check_every": 1, "eval_samples": 10},
+        # The same global batch from per-rank batches.
+        {"global_batch_size": None, "batch_size": 32},
+    ],
+)
+def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -> None:
+    saved = fingerprint(BASE, 2, 64, reshards=True)
+    check_fingerprint(saved, fingerprint(replace(BASE, **changes), 2, 64, True), Path("ck"))
+
+
+@pytest.mark.parametrize(
+    ("changes", "world", "global_batch", "reshards", "message"),
+    [
+        ({"lr": 0.5}, 2, 64, True, r"--lr: 1.0 in the checkpoint, 0.5 now"),
+        ({"seed": 8}, 2, 64, True, r"--seed: 7 in the checkpoint, 8 now"),
+        ({"strategy": "deepspeed"}, 2, 64, True, r"--strategy: 'ddp' in the checkpoint"),
+        ({}, 2, 128, True, r"the global batch \(--batch-size x world size, or "),
+        ({}, 4, 64, False, r"the world size \(this strategy cannot reshard its checkpoints\): 2"),
+    ],
+)
+def test_a_different_configuration_is_named(
+    changes: dict[str, Any], world: int, global_batch: int, reshards: bool, message: str
+) -> None:
+    saved = fingerprint(BASE, 2, 64, reshards)
+    current = fingerprint(replace(BASE, **changes), world, global_batch, reshards)
+    with pytest.raises(
+        DdpimgError, match=r"checkpoint ck belongs to another configuration; "
+    ) as err:
+        check_fingerprint(saved, current, Path("ck"))
+    assert err.match(message)
+    assert err.match(r"hint: resume with the checkpoint's options, start over with --resume none")
+
+
+def test_keys_known_to_one_side_only_are_not_compared() -> None:
+    check_fingerprint({"lr": 1.0, "old_flag": 3}, {"lr": 1.0, "new_flag": 4}, Path("ck"))
+
+
+def record(**loop: Any) -> CheckpointRecord:
+    return CheckpointRecord(
+        loop=LoopState(**loop),
+        world_size=2,
+        global_batch=64,
+        strategy="ddp",
+        fingerprint={"lr": 1.0},
+        metrics_lines=12,
+        reason="preempted",
+        saved_utc="2024-06-01T00:00:00Z",
+    )
+
+
+def test_record_survives_json_with_nan_losses() -> None:
+    original = record(step=12, epoch=2, index=4, epoch_done=False, last_loss=0.5)
+    again = CheckpointRecord.from_json(json.loads(json.dumps(original.to_json())), Path("ck"))
+    assert again.loop.step == 12
+    assert again.loop.epoch_done is False
+    assert math.isnan(again.loop.eval_loss)
+    assert replace(again, loop=original.loop) == original
+
+
+def test_fresh_state_is_before_the_first_epoch() -> None:
+    fresh = LoopState()
+    assert (fresh.step, fresh.epoch, fresh.index, fresh.epoch_done) == (0, 0, 0, True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda data: [], r"is not a JSON object with a 'loop' object"),
+        (lambda data: data | {"loop": 3}, r"is not a JSON object with a 'loop' object"),
+        (lambda data: {k: v for k, v in data.items() if k != "world_size"}, r"lacks keys"),
+        (lambda data: data | {"extra": 1}, r"lacks keys or has unknown ones"),
+        (
+            lambda data: data | {"loop": data["loop"] | {"step": "12"}},
+            r"has step='12', expected int",
+        ),
+        (lambda data: data | {"loop": data["loop"] | {"epoch_done": 1}}, r"has epoch_done=1"),
+        (lambda data: data | {"loop": data["loop"] | {"step": True}}, r"has step=True"),
+        (lambda data: data | {"reason": None}, r"has reason=None, expected str"),
+    ],
+)
+def test_malformed_loop_json_is_named(edit: Any, message: str) -> None:
+    data = json.loads(json.dumps(record(step=12).to_json()))
+    with pytest.raises(DdpimgError, match=r"checkpoint ck: loop.json ") as err:
+        CheckpointRecord.from_json(edit(data), Path("ck"))
+    assert err.match(message)
+    assert err.match(r"hint: it was written by another ddpimg version")
+
+
+def draws() -> tuple[list[float], float, list[float]]:
+    return (torch.rand(3).tolist(), random.random(), numpy.random.rand(3).tolist())
+
+
+def test_rng_states_are_restored() -> None:
+    state = capture_rng()
+    first = draws()
+    assert draws() != first
+    restore_rng(through_torch_save(state))
+    assert draws() == first
+
+
+def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
+    """The state as ``torch.load(weights_only=True)`` gives it back."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return loaded
