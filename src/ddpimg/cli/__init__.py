@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor`` and ``train`` (== ``ddpimg train``).
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot`` and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Heavy imports happen inside the commands that need them, so ``ddpimg env``
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ddpimg import __version__, exitcodes
-from ddpimg.cli import doctor_cmd, env_cmd, train_cmd
+from ddpimg.cli import doctor_cmd, env_cmd, plot_cmd, sbatch_cmd, train_cmd
 from ddpimg.errors import DdpimgError, RendezvousError
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
@@ -22,11 +22,21 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
         "check ranks, devices, network and all-reduce on every rank",
         doctor_cmd.add_arguments,
     ),
+    "sbatch": (
+        "render (and submit) a Slurm batch script for a site, an image and a train command",
+        sbatch_cmd.add_arguments,
+    ),
+    "plot": (
+        "plot loss/accuracy per epoch and throughput/scaling of several runs",
+        plot_cmd.add_arguments,
+    ),
 }
 RUNNERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "env": env_cmd.run,
     "train": train_cmd.run,
     "doctor": doctor_cmd.run,
+    "sbatch": sbatch_cmd.run,
+    "plot": plot_cmd.run,
 }
 
 

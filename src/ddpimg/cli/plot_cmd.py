@@ -1,0 +1,34 @@
+"""``ddpimg plot RUN_DIR... -o FILE.png``: loss and accuracy per epoch of several runs,
+throughput and scaling efficiency against the number of processes (``ddpimg.plot``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="--out directories of train runs (each with metrics.jsonl)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="FILE.png",
+        help="the image to write (format from the suffix: .png, .pdf, .svg)",
+    )
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ddpimg.plot import plot_runs, read_run
+
+    runs = [read_run(path) for path in args.runs]
+    plot_runs(runs, args.output)
+    print(f"wrote {args.output}")
+    return 0

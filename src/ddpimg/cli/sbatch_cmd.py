@@ -1,0 +1,175 @@
+"""``ddpimg sbatch``: render a Slurm batch script for a site, an image and a train command;
+with ``--submit``, submit it and print the job id.
+
+    ddpimg sbatch --site puhti --nodes 2 --time 12:00:00 --image ddp.sif -- train mnist
+    ddpimg sbatch --config job.toml -o job.sh
+    ddpimg sbatch --runtime none --nodes 1 --gpus-per-node 2 --submit -- train ...
+
+Flags override the job file, which overrides the site profile's ``[job]`` defaults
+(:mod:`ddpimg.jobs.spec`). Warnings go to stderr; any error stops before anything is written
+or submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpimg.jobs import (
+    ERROR,
+    FIELDS,
+    Finding,
+    JobError,
+    JobSpec,
+    check_job,
+    flag_values,
+    load_job_file,
+    raise_for_errors,
+    render_script,
+    resolve_job,
+    select_job_profile,
+)
+from ddpimg.plan import short_hostname
+from ddpimg.site import SiteProfile
+
+SBATCH_TIMEOUT_S = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--site",
+        metavar="NAME|PATH",
+        help="site profile (default: the job file's site, DDPIMG_SITE, auto, generic)",
+    )
+    parser.add_argument(
+        "--config", metavar="JOB.toml", help="job file: the same settings as TOML keys"
+    )
+    job = parser.add_argument_group("job (default: job file > site profile > built-in)")
+    for field in FIELDS:
+        if field.name == "command":
+            continue
+        # argparse formats help with %, and the log patterns contain %j.
+        help_text = field.help.replace("%", "%%")
+        if field.from_profile and not field.merge:
+            help_text += " (default: the site's)"
+        elif field.default and field.kind is not list:
+            help_text += f" (default: {field.default})"
+        options: dict[str, Any] = {"dest": field.name, "default": None, "help": help_text}
+        if field.kind is list:
+            options["action"] = "append"
+        elif field.kind is int:
+            options["type"] = int
+        if field.choices:
+            options["choices"] = field.choices
+        elif field.metavar:
+            options["metavar"] = field.metavar
+        job.add_argument(field.option, **options)
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "-o",
+        "--script-file",
+        metavar="FILE",
+        help="write the script to FILE instead of stdout (--output is the job's log)",
+    )
+    out.add_argument(
+        "--submit", action="store_true", help="submit with sbatch and print the job id"
+    )
+    # Not "command": the top-level parser keeps the subcommand's name there.
+    parser.add_argument(
+        "train_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the training command, after --, e.g. -- train mnist --epochs 5",
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job resolved and checked, not yet rendered."""
+
+    spec: JobSpec
+    profile: SiteProfile
+    findings: tuple[Finding, ...]
+
+    def script(self) -> str:
+        """The batch script; raises the errors found, if any."""
+        raise_for_errors(self.findings)
+        return render_script(self.spec, self.profile)
+
+
+def prepare(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> Prepared:
+    """Resolve the job from the parsed flags, the job file and the site profile; check it."""
+    job_file = load_job_file(args.config) if args.config else None
+    profile, site = select_job_profile(env, hostname, args.site, job_file)
+    given = vars(args) | {"command": _command_words(args.train_command)}
+    spec = resolve_job(profile, flag_values(given), job_file, site=site)
+    return Prepared(spec, profile, tuple(check_job(spec, profile, submit=args.submit)))
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    env = dict(os.environ)
+    prepared = prepare(args, env, short_hostname())
+    for finding in prepared.findings:
+        if finding.level != ERROR:
+            print(f"ddpimg: {finding.level}: {finding}", file=sys.stderr, flush=True)
+    script = prepared.script()
+    path = Path(args.script_file) if args.script_file else None
+    if path is not None:
+        try:
+            path.write_text(script, encoding="utf-8")
+        except OSError as err:
+            raise JobError(
+                f"cannot write the script to {path}: {err.strerror or err}",
+                hint="give a writable path with -o",
+            ) from err
+    elif not args.submit:
+        sys.stdout.write(script)
+    if args.submit:
+        print(submit(script, path, env))
+    return 0
+
+
+def _command_words(words: list[str]) -> list[str]:
+    # argparse keeps the `--` in front of a REMAINDER positional.
+    return words[1:] if words[:1] == ["--"] else words
+
+
+def submit(script: str, path: Path | None, env: dict[str, str]) -> str:
+    """Submit the script (the file if written, else on stdin); return the job id."""
+    sbatch = shutil.which("sbatch", path=env.get("PATH"))
+    if sbatch is None:
+        raise JobError(
+            "--submit: sbatch is not on PATH",
+            hint="run ddpimg sbatch --submit on a login node of the cluster, or write the "
+            "script with -o FILE and submit it there with sbatch FILE",
+        )
+    argv = [sbatch, "--parsable", *([str(path)] if path is not None else [])]
+    try:
+        proc = subprocess.run(
+            argv,
+            input=None if path is not None else script,
+            capture_output=True,
+            text=True,
+            timeout=SBATCH_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise JobError(
+            f"--submit: sbatch did not answer within {SBATCH_TIMEOUT_S:g} s",
+            hint="the controller may be busy or down; check with squeue, then submit again",
+        ) from err
+    if proc.returncode != 0:
+        raise JobError(
+            f"--submit: sbatch exited with status {proc.returncode}: {proc.stderr.strip()}",
+            hint="nothing was submitted; fix what sbatch says (partition, account, limits) "
+            "with the matching flag",
+        )
+    # --parsable prints "JOBID" or "JOBID;CLUSTER".
+    return proc.stdout.strip().split(";", 1)[0]

@@ -1,0 +1,45 @@
+"""Slurm batch scripts that cannot be got wrong: ``ddpimg sbatch``.
+
+A job is resolved from flags, a TOML job file and the site profile's ``[job]`` defaults
+(:mod:`~ddpimg.jobs.spec`, precedence documented there), checked (:mod:`~ddpimg.jobs.checks`:
+errors and warnings, each with a hint), then rendered (:mod:`~ddpimg.jobs.render`) into a
+commented script with preemption handling: USR2 before the time limit, forwarded to the
+training step, which checkpoints and exits 75, then a bounded requeue that resumes.
+No torch, no os.environ: the command line (:mod:`ddpimg.cli.sbatch_cmd`) does the I/O.
+"""
+
+from __future__ import annotations
+
+from ddpimg.jobs.checks import ERROR, WARNING, Finding, check_job, raise_for_errors
+from ddpimg.jobs.command import TrainCommand
+from ddpimg.jobs.render import render_script
+from ddpimg.jobs.spec import (
+    FIELDS,
+    JobError,
+    JobFile,
+    JobSpec,
+    flag_values,
+    load_job_file,
+    parse_slurm_time,
+    resolve_job,
+    select_job_profile,
+)
+
+__all__ = [
+    "ERROR",
+    "FIELDS",
+    "WARNING",
+    "Finding",
+    "JobError",
+    "JobFile",
+    "JobSpec",
+    "TrainCommand",
+    "check_job",
+    "flag_values",
+    "load_job_file",
+    "parse_slurm_time",
+    "raise_for_errors",
+    "render_script",
+    "resolve_job",
+    "select_job_profile",
+]

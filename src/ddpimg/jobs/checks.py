@@ -1,0 +1,258 @@
+"""Checks run before a script is rendered: each finding is an error or a warning with a hint.
+
+They catch what hand-written batch scripts get wrong: tasks per node that do not match the
+GPUs, GPUs spread thinly over many nodes, more GPUs than a node has, a launcher (torchrun,
+DeepSpeed, mpirun) started in every task, a missing image, a USR2 warning that cannot come
+before the time limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
+from ddpimg.jobs.spec import DEFAULT, JobError, JobSpec, counted
+from ddpimg.site.model import SiteProfile
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: ``level`` is ``error`` (nothing is rendered) or ``warning``."""
+
+    level: str
+    message: str
+    hint: str
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}"
+
+
+def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> list[Finding]:
+    """Every finding about ``spec`` on ``profile``'s nodes, errors first. ``submit``: the
+    script is about to be submitted, so the image file must exist now."""
+    findings = [
+        *_check_command(spec),
+        *_check_gpus(spec, profile),
+        *_check_layout(spec),
+        *_check_time(spec),
+        *_check_image(spec, submit),
+        *_check_output(spec),
+    ]
+    return sorted(findings, key=lambda finding: finding.level != ERROR)
+
+
+def raise_for_errors(findings: Sequence[Finding]) -> None:
+    """Raise one JobError naming every error found (each with its hint)."""
+    errors = [finding for finding in findings if finding.level == ERROR]
+    if len(errors) == 1:
+        raise JobError(errors[0].message, hint=errors[0].hint)
+    if errors:
+        listed = "\n".join(
+            f"  {i}. {error}".replace("\n", "\n     ") for i, error in enumerate(errors, start=1)
+        )
+        raise JobError(
+            f"{len(errors)} problems with this job:\n{listed}",
+            hint="fix each as its hint says, then run ddpimg sbatch again",
+        )
+
+
+def _error(message: str, hint: str) -> Finding:
+    return Finding(ERROR, message, hint)
+
+
+def _warning(message: str, hint: str) -> Finding:
+    return Finding(WARNING, message, hint)
+
+
+def _check_command(spec: JobSpec) -> list[Finding]:
+    command = TrainCommand(spec.command)
+    if not command.words:
+        return [
+            _error(
+                "no training command given",
+                hint="put it after --: ddpimg sbatch --nodes 2 -- train mnist --epochs 5 "
+                '(or command = ["train", ...] in the job file)',
+            )
+        ]
+    if command.kind == LAUNCHER:
+        name = command.launcher_name
+        return [
+            _error(
+                f"the command starts {name}, a launcher of its own: srun already starts "
+                f"{counted(spec.ntasks_per_node, 'task')} per node and each would start "
+                f"{name}'s own set of processes, with its own rank discovery",
+                hint="run `train` (e.g. `train --strategy deepspeed`): ddpimg takes the ranks "
+                "from srun; for one launcher per node starting a worker per GPU use "
+                "--launch torchrun",
+            )
+        ]
+    if command.kind == OTHER:
+        return [
+            _warning(
+                f"the command '{command.words[0]}' is not ddpimg's train: no --site, --out or "
+                "--resume auto is added, and a requeued job starts it from the beginning "
+                "unless it resumes by itself",
+                hint="`train --script FILE ARGS` runs your script with the ranks, master "
+                "address and site variables exported",
+            )
+        ]
+    if command.kind == DOCTOR and spec.launch == "torchrun":
+        return [
+            _warning(
+                "ddpimg doctor with --launch torchrun checks one process per node, not one per GPU",
+                hint="use --launch srun to check every rank",
+            )
+        ]
+    return []
+
+
+def _check_gpus(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    site_gpus = profile.job.gpus_per_node
+    if spec.gpu_request == "none":
+        return []
+    if spec.gpus_per_node == 0:
+        return [
+            _error(
+                f"site {profile.name} does not say how many GPUs a node has and no GPU count "
+                "was given",
+                hint="pass --gpus-per-node G (gpus_per_node = G in a job file), or "
+                "--gpu-request none for a CPU-only job (G then counts tasks per node)",
+            )
+        ]
+    if site_gpus and spec.gpus_per_node > site_gpus:
+        return [
+            _error(
+                f"{spec.origin('gpus_per_node')}: more GPUs per node than the nodes of site "
+                f"{profile.name} have ({site_gpus})",
+                hint=f"at most --gpus-per-node {site_gpus}; for more GPUs use more nodes: "
+                f"--nodes {math.ceil(spec.nodes * spec.gpus_per_node / site_gpus)} "
+                f"--gpus-per-node {site_gpus}",
+            )
+        ]
+    if site_gpus and spec.nodes > 1 and spec.gpus_per_node < site_gpus:
+        total = spec.nodes * spec.gpus_per_node
+        whole = math.ceil(total / site_gpus)
+        what = (
+            "one GPU per node on a multi-node job"
+            if spec.gpus_per_node == 1
+            else f"{spec.gpus_per_node} of {site_gpus} GPUs per node on a multi-node job"
+        )
+        return [
+            _warning(
+                f"{what} ({spec.nodes} nodes x {spec.gpus_per_node}): ranks talk over the "
+                "network where GPUs of one node would talk directly, and the nodes' other "
+                "GPUs sit idle",
+                hint=f"use whole nodes first: --nodes {whole} --gpus-per-node {site_gpus} "
+                f"({counted(whole * site_gpus, 'GPU')}; with "
+                "--global-batch-size the loss trajectory does not change)",
+            )
+        ]
+    return []
+
+
+def _check_layout(spec: JobSpec) -> list[Finding]:
+    command = TrainCommand(spec.command)
+    # Only train's own --nproc-per-node; a launcher's is reported as a launcher.
+    nproc = command.option("--nproc-per-node") if command.kind == TRAIN else None
+    gpus = spec.gpus_per_node
+    if spec.launch == "torchrun":
+        if spec.ntasks_per_node != 1:
+            return [
+                _error(
+                    f"{spec.origin('ntasks_per_node')}: with --launch torchrun each node runs "
+                    "one launcher task, which starts the workers",
+                    hint="--ntasks-per-node 1 (or leave it out), or --launch srun for one "
+                    "task per GPU",
+                )
+            ]
+        if nproc is not None and nproc != str(spec.ranks_per_node):
+            return [
+                _error(
+                    f"the command's --nproc-per-node {nproc} does not match "
+                    f"{spec.origin('gpus_per_node')}",
+                    hint=f"leave --nproc-per-node out: ddpimg adds --nproc-per-node "
+                    f"{spec.ranks_per_node}",
+                )
+            ]
+        return []
+    if gpus and spec.ntasks_per_node != gpus:
+        return [
+            _error(
+                f"{spec.origin('ntasks_per_node')}: tasks per node != GPUs per node "
+                f"({gpus}); with --launch srun every task is one rank on one GPU",
+                hint=f"--ntasks-per-node {gpus} (or leave it out); for one task per node "
+                f"starting {counted(gpus, 'worker')} use --launch torchrun",
+            )
+        ]
+    if nproc is not None and spec.ntasks_per_node > 1:
+        return [
+            _error(
+                f"the command has --nproc-per-node {nproc} while srun starts "
+                f"{spec.ntasks_per_node} tasks per node: each task would start its own workers",
+                hint="use --launch torchrun (one task per node; ddpimg adds --nproc-per-node), "
+                "or drop --nproc-per-node",
+            )
+        ]
+    return []
+
+
+def _check_time(spec: JobSpec) -> list[Finding]:
+    limit = spec.time_seconds
+    if not spec.time:
+        return [
+            _warning(
+                "no time limit given: the partition's default applies, and USR2 comes "
+                f"{spec.signal_seconds} s before whatever it is",
+                hint="pass --time (e.g. --time 12:00:00) so you know when the job stops",
+            )
+        ]
+    if limit is not None and spec.signal_seconds >= limit:
+        return [
+            _error(
+                f"{spec.origin('signal_seconds')} is not less than the time limit "
+                f"{spec.origin('time')} ({limit} s): the checkpoint warning would come before "
+                "the job starts",
+                hint=f"a longer --time, or --signal-seconds below {limit} (long enough to "
+                "write a checkpoint)",
+            )
+        ]
+    return []
+
+
+def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
+    if spec.runtime == "none":
+        if spec.source("image") != DEFAULT:
+            return [
+                _warning(
+                    f"{spec.origin('image')} is not used with --runtime none",
+                    hint="--runtime apptainer or docker to run in the image",
+                )
+            ]
+        return []
+    if submit and spec.runtime == "apptainer" and not Path(spec.image).is_file():
+        return [
+            _error(
+                f"image file {spec.image} does not exist (from {Path.cwd()})",
+                hint="build it first (apptainer build ddp.sif ...; see README.md) or give "
+                "its path with --image",
+            )
+        ]
+    return []
+
+
+def _check_output(spec: JobSpec) -> list[Finding]:
+    if any(token in spec.output for token in ("%j", "%A")):
+        return []
+    return [
+        _warning(
+            f"{spec.origin('output')} has no job id (%j, or %A for arrays): other jobs write "
+            "into the same log",
+            hint="keep %j in the pattern, e.g. --output logs/%x-%j.out",
+        )
+    ]

@@ -1,0 +1,271 @@
+"""Render a checked :class:`~ddpimg.jobs.spec.JobSpec` into a Slurm batch script.
+
+The output is deterministic (same spec, same bytes: the golden files in ``tests/jobs/golden``
+and ``docs/sbatch-examples.md`` depend on it) and commented: each comment in the script says
+why its line is there, so a reader on the cluster does not need this file.
+
+Shell quoting follows one rule: job-level values (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``)
+are expanded by the batch shell; per-task values (``SLURM_PROCID``, ``SLURM_NODEID``,
+``SLURM_LOCALID``) exist only inside the step, so they sit in single quotes that reach each
+task's own shell. User-given words are quoted with :func:`shlex.quote`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from collections.abc import Iterable
+
+from ddpimg import exitcodes
+from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.spec import JobSpec, counted
+from ddpimg.site.model import SiteProfile
+from ddpimg.topology.slurm import SLURM_VARIABLES
+
+INDENT = "    "
+COMMENT_WIDTH = 90
+CONTINUATION = " \\\n" + INDENT
+# Runs in each task before the command: one log line per task says where it runs, then
+# `exec` so that signals from srun reach the command itself.
+TASK_PRELUDE = (
+    'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) '
+    'on $(hostname -s)" >&2; exec "$@"'
+)
+# Docker passes no host variables into a container: these are the ones ddpimg reads there.
+DOCKER_ENV = tuple(sorted({name for names in SLURM_VARIABLES.values() for name in names}))
+DOCKER_ENV_PER_LINE = 4
+
+
+def render_script(spec: JobSpec, profile: SiteProfile) -> str:
+    """The batch script for ``spec`` on ``profile``'s site (checks are the caller's job:
+    :func:`ddpimg.jobs.checks.check_job`)."""
+    lines = [*_header(spec, profile), *_directives(spec, profile), "", *_body(spec)]
+    return "\n".join(lines) + "\n"
+
+
+def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    ranks = counted(spec.nodes * spec.ranks_per_node, "rank")
+    nodes = counted(spec.nodes, "node")
+    if spec.gpus_requested:
+        size = f"{nodes} x {counted(spec.gpus_per_node, 'GPU')} = {ranks}"
+    else:
+        size = f"{nodes} x {counted(spec.ranks_per_node, 'rank')} on CPUs = {ranks}"
+    if spec.launch == "torchrun":
+        how = (
+            "srun starts one task per node, whose `train --nproc-per-node "
+            f"{spec.ranks_per_node}` starts the workers"
+        )
+    else:
+        how = "srun starts one task per rank"
+    about = f" ({profile.description})" if profile.description else ""
+    text = (
+        f"Rendered by `ddpimg sbatch` for site {profile.name}{about}. {size}: {how}. "
+        "Render it again rather than editing it: ddpimg checks the layout it writes."
+    )
+    return ["#!/bin/bash", *_comment(text)]
+
+
+def _comment(text: str) -> list[str]:
+    """``text`` as ``#`` lines of at most COMMENT_WIDTH characters."""
+    lines = textwrap.wrap(text, COMMENT_WIDTH - 2, break_on_hyphens=False, break_long_words=False)
+    return [f"# {line}" for line in lines]
+
+
+def _gpu_directive(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    if not spec.gpus_requested:
+        return ["# No GPU request (--gpu-request none): the ranks run on CPUs."]
+    typed = f"{spec.gpu_type}:" if spec.gpu_type else ""
+    why = f"# GPUs requested the way site {profile.name} wants, and only that way."
+    if spec.gpu_request == "gres":
+        return [why, f"#SBATCH --gres=gpu:{typed}{spec.gpus_per_node}"]
+    return [why, f"#SBATCH --gpus-per-node={typed}{spec.gpus_per_node}"]
+
+
+def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    if spec.launch == "torchrun":
+        tasks_why = "# One launcher task per node; it starts a worker per GPU."
+        cpus_why = f"# CPUs for all {spec.ranks_per_node} workers of the node's one task."
+    else:
+        tasks_why = (
+            "# One task per GPU: each task is one rank, bound by ddpimg to the GPU of its "
+            "local rank."
+            if spec.gpus_requested
+            else "# One task per rank."
+        )
+        cpus_why = "# CPUs per rank, for its data-loading workers."
+    lines = [
+        f"#SBATCH --job-name={spec.job_name}",
+        f"#SBATCH --nodes={spec.nodes}",
+        tasks_why,
+        f"#SBATCH --ntasks-per-node={spec.ntasks_per_node}",
+        *_gpu_directive(spec, profile),
+        cpus_why,
+        f"#SBATCH --cpus-per-task={spec.cpus_per_slurm_task}",
+    ]
+    lines += _optional("time", spec.time)
+    lines += _optional("partition", spec.partition)
+    lines += _optional("account", spec.account)
+    lines += _optional("constraint", spec.constraint)
+    lines += _optional("array", spec.array)
+    lines += [
+        "# The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode",
+        "# keeps the log of every restart in one file.",
+        f"#SBATCH --output={spec.output}",
+        "#SBATCH --open-mode=append",
+        *_comment(
+            f"USR2 reaches this batch shell (B:) {spec.signal_seconds} s before the time "
+            "limit; the trap below passes it to the training step, which checkpoints and "
+            f"exits {exitcodes.PREEMPTED}; the script then requeues the job, which resumes "
+            "from the checkpoint."
+        ),
+        "#SBATCH --requeue",
+        f"#SBATCH --signal=B:USR2@{spec.signal_seconds}",
+    ]
+    if spec.sbatch_options:
+        lines.append("# Extra options given with --sbatch-option / sbatch_options.")
+        lines += [f"#SBATCH {option}" for option in spec.sbatch_options]
+    return lines
+
+
+def _optional(name: str, value: str) -> list[str]:
+    return [f"#SBATCH --{name}={value}"] if value else []
+
+
+def _body(spec: JobSpec) -> list[str]:
+    return [
+        "# No `set -e`: `wait` returns non-zero when a signal arrives, and the script must go",
+        "# on to pass the signal to the step and decide about the requeue.",
+        "set -uo pipefail",
+        "",
+        f"MAX_RESTARTS={spec.max_restarts}",
+        "# train's exit status after it checkpointed on USR2 or TERM (ddpimg.exitcodes).",
+        f"PREEMPTED={exitcodes.PREEMPTED}",
+        "",
+        'echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, '
+        'nodes ${SLURM_JOB_NODELIST}" >&2',
+        "",
+        'step_pid=""',
+        "interrupted=0",
+        "cancelled=0",
+        "forward_usr2() {",
+        "    interrupted=1",
+        '    echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2',
+        "    # srun passes the signal on to every task of its step.",
+        '    if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi',
+        "}",
+        "note_term() {",
+        "    interrupted=1",
+        "    cancelled=1",
+        "    # Slurm signals the step itself when it cancels or preempts the job (and requeues",
+        "    # it itself if it preempted it): only keep waiting, so the checkpoint gets written.",
+        '    echo "ddpimg: TERM, job cancelled or preempted: waiting for the step" >&2',
+        "}",
+        "trap forward_usr2 USR2",
+        "trap note_term TERM",
+        "",
+        *_step(spec),
+        "step_pid=$!",
+        "",
+        "# A trapped signal ends `wait` early (status 128+signal) while the step still runs.",
+        "while :; do",
+        "    interrupted=0",
+        '    wait "$step_pid"',
+        "    status=$?",
+        '    if [ "$interrupted" -eq 0 ] || [ "$status" -le 128 ]; then',
+        "        break",
+        "    fi",
+        "done",
+        "",
+        "# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS",
+        "# times. An array task is requeued by its own id, <array job id>_<task id>.",
+        'if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then',
+        "    restarts=${SLURM_RESTART_COUNT:-0}",
+        '    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then',
+        '        job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
+        "    else",
+        '        job="${SLURM_JOB_ID}"',
+        "    fi",
+        '    if [ "$restarts" -ge "$MAX_RESTARTS" ]; then',
+        '        echo "ddpimg: job $job was restarted $restarts times (at most $MAX_RESTARTS):'
+        ' not requeueing; resubmit it to go on from the checkpoint" >&2',
+        "    else",
+        '        echo "ddpimg: requeueing job $job (restart $((restarts + 1)) of'
+        ' $MAX_RESTARTS)" >&2',
+        '        scontrol requeue "$job" && exit 0',
+        '        echo "ddpimg: scontrol requeue $job failed; resubmit it to go on from the'
+        ' checkpoint" >&2',
+        "    fi",
+        "fi",
+        'echo "ddpimg: the training step ended with status $status" >&2',
+        'exit "$status"',
+    ]
+
+
+def _step(spec: JobSpec) -> list[str]:
+    """Comments, then the backgrounded srun command, one continuation line per part."""
+    srun = [
+        "srun",
+        f"--nodes={spec.nodes}",
+        f"--ntasks-per-node={spec.ntasks_per_node}",
+        f"--cpus-per-task={spec.cpus_per_slurm_task}",
+    ]
+    prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
+    command = shell_words(TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node)
+    parts = [srun, prelude, *_runtime(spec), [*command, "&"]]
+    comments = [
+        "# The training step, in the background so that the traps above can run. srun is",
+        "# given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.",
+        "# The single quotes keep the per-task variables for each task's own shell.",
+        *_runtime_comments(spec),
+    ]
+    return [*comments, CONTINUATION.join(" ".join(part) for part in parts)]
+
+
+def _runtime(spec: JobSpec) -> list[list[str]]:
+    image = shlex.quote(spec.image)
+    if spec.runtime == "apptainer":
+        words = ["apptainer", "exec"]
+        if spec.gpus_requested:
+            words.append("--nv" if spec.gpu_vendor == "nvidia" else "--rocm")
+        if spec.binds:
+            words += ["--bind", ",".join(spec.binds)]
+        return [[*words, image]]
+    if spec.runtime == "docker":
+        run = [
+            "docker",
+            "run",
+            "--rm",
+            "--network=host",
+            "--ipc=host",
+            '--user="$(id -u):$(id -g)"',
+        ]
+        if spec.gpus_requested:
+            run += (
+                ["--gpus=all"]
+                if spec.gpu_vendor == "nvidia"
+                else ["--device=/dev/kfd", "--device=/dev/dri"]
+            )
+        envs = [f"--env {name}" for name in DOCKER_ENV]
+        env_lines = [
+            envs[i : i + DOCKER_ENV_PER_LINE] for i in range(0, len(envs), DOCKER_ENV_PER_LINE)
+        ]
+        volumes = ['--volume "${PWD}:${PWD}"', '--workdir "${PWD}"']
+        volumes += [f"--volume {shlex.quote(f'{path}:{path}')}" for path in spec.binds]
+        return [run, *env_lines, [*volumes, image]]
+    return []
+
+
+def _runtime_comments(spec: JobSpec) -> Iterable[str]:
+    if spec.runtime == "apptainer":
+        flag = "--nv" if spec.gpu_vendor == "nvidia" else "--rocm"
+        yield "# apptainer passes the host environment (SLURM_*) into the container; the working"
+        yield "# directory and $HOME are bound by default" + (
+            ", --bind adds the site's file systems." if spec.binds else "."
+        )
+        if spec.gpus_requested:
+            yield f"# {flag} makes the host's GPU driver visible inside."
+    elif spec.runtime == "docker":
+        yield "# docker passes no host variables: --env names the ones ddpimg reads. Host network"
+        yield "# and IPC for the rendezvous and shared memory; your user, so that you own the run."
+    else:
+        yield "# --runtime none: train from the job's own environment (PATH), no container."

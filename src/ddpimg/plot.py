@@ -1,0 +1,237 @@
+"""``ddpimg plot RUN_DIR... -o FILE.png``: compare training runs, e.g. the same job on 1, 2
+and 4 processes.
+
+Four panels: loss against epoch (training loss at every logged step, evaluation loss after
+each epoch), evaluation accuracy against epoch, throughput against the number of processes
+(with ideal linear scaling from the smallest run; repeated world sizes count with their
+best run), and scaling efficiency: throughput / (processes x throughput per process of the
+smallest run). Each run is labelled by its world size (the summary line of metrics.jsonl,
+else manifest.json), plus its directory name where two runs share one; runs overlap when
+the trajectory does not depend on the topology, so earlier runs are drawn wider. Throughput
+is the summary's steady rate (warm-up steps left out) where the run had one, else its
+overall rate; runs without a summary (unfinished) appear in the loss and accuracy panels
+only.
+
+Reading runs (``read_run``) and the scaling table (``scaling``) need no matplotlib;
+``plot_runs`` imports it when called and renders with the Agg canvas, without pyplot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddpimg.errors import DdpimgError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+METRICS = "metrics.jsonl"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the plot takes from one ``train --out`` directory. ``train``: (epoch as a
+    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy);
+    ``samples_per_s``: None for a run without a summary line."""
+
+    path: Path
+    world_size: int | None
+    train: list[tuple[float, float]] = field(default_factory=list)
+    eval: list[tuple[int, float, float]] = field(default_factory=list)
+    samples_per_s: float | None = None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    metrics = path / METRICS
+    if not path.is_dir():
+        raise DdpimgError(
+            f"run directory {path} does not exist", hint="give the --out directories of train runs"
+        )
+    if not metrics.is_file():
+        raise DdpimgError(
+            f"run directory {path} has no {METRICS}",
+            hint="give the --out directories of train runs (rank 0 writes metrics.jsonl there)",
+        )
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DdpimgError(
+                f"{metrics}:{number}: not a JSON object ({err.msg})",
+                hint="metrics.jsonl holds one JSON object a line, as train writes it",
+            ) from err
+        if not isinstance(record, dict) or "kind" not in record:
+            raise DdpimgError(
+                f"{metrics}:{number}: expected an object with a 'kind' key, found {line[:60]!r}",
+                hint="metrics.jsonl holds one JSON object a line, as train writes it",
+            )
+        records.append(record)
+    return records
+
+
+def _manifest_world_size(path: Path) -> int | None:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        size = manifest["distributed"]["world_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) else None
+
+
+def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None) -> list[float]:
+    """Where each train line sits in epochs: step / steps per epoch when the summary says
+    how many steps an epoch has, else evenly spread over its epoch."""
+    if steps_per_epoch:
+        return [record["step"] / steps_per_epoch for record in train]
+    per_epoch = Counter(record["epoch"] for record in train)
+    seen: Counter[int] = Counter()
+    positions = []
+    for record in train:
+        seen[record["epoch"]] += 1
+        positions.append(record["epoch"] - 1 + seen[record["epoch"]] / per_epoch[record["epoch"]])
+    return positions
+
+
+def read_run(path: Path) -> Run:
+    """The curves of the run in ``path``; a DdpimgError names a missing or bad file."""
+    records = _read_records(path)
+    summaries = [record for record in records if record["kind"] == "summary"]
+    summary = summaries[-1] if summaries else {}
+    world_size = summary.get("world_size")
+    if not isinstance(world_size, int):
+        world_size = _manifest_world_size(path)
+    train = [record for record in records if record["kind"] == "train"]
+    positions = _fractional_epochs(train, summary.get("steps_per_epoch"))
+    rate = summary.get("steady_samples_per_s") or summary.get("samples_per_s")
+    return Run(
+        path=path,
+        world_size=world_size,
+        train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
+        eval=[
+            (int(r["epoch"]), float(r["loss"]), float(r["accuracy"]))
+            for r in records
+            if r["kind"] == "eval"
+        ],
+        samples_per_s=float(rate) if rate else None,
+    )
+
+
+def labels(runs: Sequence[Run]) -> list[str]:
+    """'1 process', '2 processes', ...; the directory name is added where world sizes repeat
+    or are unknown."""
+    counts = Counter(run.world_size for run in runs)
+    out = []
+    for run in runs:
+        if run.world_size is None:
+            out.append(run.path.name or str(run.path))
+            continue
+        text = f"{run.world_size} process" + ("" if run.world_size == 1 else "es")
+        out.append(text if counts[run.world_size] == 1 else f"{text} ({run.path.name})")
+    return out
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    world_size: int
+    samples_per_s: float
+    efficiency: float
+
+
+def scaling(runs: Sequence[Run]) -> list[ScalingPoint]:
+    """Throughput and efficiency per world size, from the runs that have both; repeats of a
+    world size count with their best throughput (as benchmarks report). Efficiency =
+    throughput / (world size x per-process throughput of the smallest world size)."""
+    best: dict[int, float] = {}
+    for run in runs:
+        if run.world_size is not None and run.samples_per_s is not None:
+            best[run.world_size] = max(run.samples_per_s, best.get(run.world_size, 0.0))
+    measured = sorted(best.items())
+    if not measured:
+        return []
+    base_world, base_rate = measured[0]
+    per_process = base_rate / base_world
+    return [ScalingPoint(world, rate, rate / (world * per_process)) for world, rate in measured]
+
+
+def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
+    """Render the four panels for ``runs`` into ``output`` (format from its suffix, e.g.
+    .png) and return the figure."""
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as err:
+        raise DdpimgError(
+            f"ddpimg plot needs matplotlib, which cannot be imported ({err})",
+            hint="pip install matplotlib (or ddpimg[plot])",
+        ) from err
+
+    figure = Figure(figsize=(12, 8), layout="constrained")
+    loss_ax, accuracy_ax, rate_ax, efficiency_ax = figure.subplots(2, 2).flatten()
+    for order, (run, label) in enumerate(zip(runs, labels(runs), strict=True)):
+        # Runs of one job on different topologies overlap (that is the point): earlier runs
+        # are drawn wider, so each stays visible around the ones drawn over it.
+        width = 1 + 2.5 * (len(runs) - 1 - order) / max(len(runs) - 1, 1)
+        if run.train:
+            xs, ys = zip(*run.train, strict=True)
+            (line,) = loss_ax.plot(xs, ys, linewidth=width, label=f"{label} train")
+            color = line.get_color()
+        else:
+            color = None
+        epochs = [epoch for epoch, _, _ in run.eval]
+        style = {"marker": "o", "markersize": 3 + 2 * width, "color": color, "linewidth": width}
+        loss_ax.plot(
+            epochs,
+            [loss for _, loss, _ in run.eval],
+            linestyle="--",
+            label=f"{label} eval",
+            **style,
+        )
+        accuracy_ax.plot(epochs, [accuracy for _, _, accuracy in run.eval], label=label, **style)
+    loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss (train: every logged step)")
+    accuracy_ax.set(xlabel="epoch", ylabel="accuracy", title="Evaluation accuracy")
+    accuracy_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+    points = scaling(runs)
+    worlds = [point.world_size for point in points]
+    if points:
+        base = points[0]
+        rate_ax.plot(worlds, [p.samples_per_s for p in points], marker="o", label="measured")
+        rate_ax.plot(
+            worlds,
+            [base.samples_per_s / base.world_size * world for world in worlds],
+            linestyle=":",
+            color="gray",
+            label="linear scaling",
+        )
+        efficiency_ax.plot(worlds, [100 * p.efficiency for p in points], marker="o")
+        efficiency_ax.axhline(100, linestyle=":", color="gray")
+    else:
+        for axes in (rate_ax, efficiency_ax):
+            axes.text(0.5, 0.5, "no finished run", ha="center", transform=axes.transAxes)
+    rate_ax.set(xlabel="processes", ylabel="samples/s", title="Throughput")
+    efficiency_ax.set(xlabel="processes", ylabel="efficiency (%)", title="Scaling efficiency")
+    for axes in (rate_ax, efficiency_ax):
+        if worlds:
+            axes.set_xticks(sorted(set(worlds)))
+    for axes in (loss_ax, accuracy_ax, rate_ax):
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small")
+    for axes in (loss_ax, accuracy_ax, rate_ax, efficiency_ax):
+        axes.grid(True, alpha=0.3)
+    try:
+        figure.savefig(output)
+    except (OSError, ValueError) as err:
+        raise DdpimgError(
+            f"-o {output}: cannot write the plot ({err})",
+            hint="give a writable path ending in .png (or .pdf, .svg)",
+        ) from err
+    return figure

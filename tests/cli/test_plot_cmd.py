@@ -1,0 +1,37 @@
+"""``ddpimg plot`` from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpimg.cli import main
+from tests.test_plot import PNG_SIGNATURE, write_run
+
+
+def test_plot_writes_the_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = write_run(tmp_path / "n1", world_size=1)
+    two = write_run(tmp_path / "n2", world_size=2)
+    output = tmp_path / "scaling.png"
+    assert main(["plot", str(one), str(two), "-o", str(output)]) == 0
+    assert output.read_bytes()[:8] == PNG_SIGNATURE
+    assert capsys.readouterr().out == f"wrote {output}\n"
+
+
+def test_directory_without_metrics_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"ddpimg: error: run directory {tmp_path / 'empty'} has no metrics.jsonl"
+    )
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_output_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plot", "run"])
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: -o/--output" in capsys.readouterr().err

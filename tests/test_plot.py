@@ -1,0 +1,169 @@
+"""``ddpimg plot``: runs read from metrics.jsonl / manifest.json, scaling, the rendered PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+
+from ddpimg.errors import DdpimgError
+from ddpimg.plot import Run, labels, plot_runs, read_run, scaling
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(
+    path: Path,
+    world_size: int | None,
+    *,
+    samples_per_s: float | None = 100.0,
+    epochs: int = 2,
+    steps_per_epoch: int = 4,
+    manifest_world: int | None = None,
+) -> Path:
+    """A run directory as train leaves it: every step logged, an eval per epoch and, unless
+    ``samples_per_s`` is None, a summary."""
+    path.mkdir(parents=True)
+    lines: list[dict[str, Any]] = []
+    for epoch in range(1, epochs + 1):
+        for index in range(steps_per_epoch):
+            step = (epoch - 1) * steps_per_epoch + index + 1
+            lines.append({"kind": "train", "epoch": epoch, "step": step, "loss": 2.0 / step})
+        lines.append({"kind": "eval", "epoch": epoch, "loss": 1.0 / epoch, "accuracy": 0.4 * epoch})
+    if samples_per_s is not None:
+        lines.append(
+            {
+                "kind": "summary",
+                "world_size": world_size,
+                "samples_per_s": samples_per_s,
+                "steady_samples_per_s": None,
+                "steps_per_epoch": steps_per_epoch,
+            }
+        )
+    (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    if manifest_world is not None:
+        manifest = {"distributed": {"world_size": manifest_world}}
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_read_run_places_steps_within_epochs(tmp_path: Path) -> None:
+    run = read_run(write_run(tmp_path / "r", world_size=2, samples_per_s=250.0))
+    assert run.world_size == 2
+    assert run.samples_per_s == 250.0
+    assert [x for x, _ in run.train] == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+    assert run.train[1][1] == 1.0
+    assert run.eval == [(1, 1.0, 0.4), (2, 0.5, 0.8)]
+
+
+def test_unfinished_run_takes_its_world_size_from_the_manifest(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "r", world_size=None, samples_per_s=None, manifest_world=4)
+    run = read_run(path)
+    assert (run.world_size, run.samples_per_s) == (4, None)
+    # Without a summary the steps are spread evenly over their epoch.
+    assert [x for x, _ in run.train][:4] == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_steady_throughput_is_preferred(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "r", world_size=1)
+    lines = (path / "metrics.jsonl").read_text().splitlines()
+    summary = json.loads(lines[-1]) | {"steady_samples_per_s": 120.0}
+    (path / "metrics.jsonl").write_text("\n".join([*lines[:-1], json.dumps(summary)]) + "\n")
+    assert read_run(path).samples_per_s == 120.0
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: None, r"run directory {p} does not exist"),
+        (lambda p: p.mkdir(), r"run directory {p} has no metrics.jsonl\n  hint: give the --out"),
+        (
+            lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text('{"kind": "train"}\n{oops\n')),
+            r"{p}/metrics.jsonl:2: not a JSON object",
+        ),
+        (
+            lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text("[1, 2]\n")),
+            r"{p}/metrics.jsonl:1: expected an object with a 'kind' key, found '\[1, 2\]'",
+        ),
+    ],
+)
+def test_bad_run_directories_are_named(tmp_path: Path, setup: Any, message: str) -> None:
+    path = tmp_path / "run"
+    setup(path)
+    with pytest.raises(DdpimgError, match=message.format(p=path)):
+        read_run(path)
+
+
+def runs(*worlds: int | None) -> list[Run]:
+    return [Run(Path(f"runs/n{i}"), world) for i, world in enumerate(worlds)]
+
+
+@pytest.mark.parametrize(
+    ("worlds", "expected"),
+    [
+        ((1, 2, 4), ["1 process", "2 processes", "4 processes"]),
+        ((2, 2, 1), ["2 processes (n0)", "2 processes (n1)", "1 process"]),
+        ((None, 8), ["n0", "8 processes"]),
+    ],
+)
+def test_labels_are_world_sizes(worlds: tuple[int | None, ...], expected: list[str]) -> None:
+    assert labels(runs(*worlds)) == expected
+
+
+def test_scaling_efficiency_is_relative_to_the_smallest_run() -> None:
+    measured = [
+        Run(Path("a"), 4, samples_per_s=300.0),
+        Run(Path("b"), 1, samples_per_s=100.0),
+        Run(Path("c"), 2, samples_per_s=180.0),
+        Run(Path("d"), 2, samples_per_s=190.0),  # a repeat: the best counts
+        Run(Path("e"), 8, samples_per_s=None),  # unfinished
+    ]
+    points = scaling(measured)
+    assert [(p.world_size, p.samples_per_s) for p in points] == [(1, 100.0), (2, 190.0), (4, 300.0)]
+    assert [p.efficiency for p in points] == pytest.approx([1.0, 0.95, 0.75])
+    assert scaling([Run(Path("x"), None, samples_per_s=5.0)]) == []
+
+
+def test_plot_of_one_and_two_processes_is_a_png_with_both_curves(tmp_path: Path) -> None:
+    one = read_run(write_run(tmp_path / "n1", world_size=1, samples_per_s=100.0))
+    two = read_run(write_run(tmp_path / "n2", world_size=2, samples_per_s=180.0))
+    output = tmp_path / "runs.png"
+    figure = plot_runs([one, two], output)
+    assert output.read_bytes()[:8] == PNG_SIGNATURE
+    loss, accuracy, rate, efficiency = figure.axes
+    # Per run: a train line and an eval line in the loss panel, one accuracy line.
+    assert [line.get_label() for line in loss.get_lines()] == [
+        "1 process train",
+        "1 process eval",
+        "2 processes train",
+        "2 processes eval",
+    ]
+    assert [line.get_label() for line in accuracy.get_lines()] == ["1 process", "2 processes"]
+    measured, ideal = rate.get_lines()
+    assert values(measured.get_xdata()) == [1, 2]
+    assert values(measured.get_ydata()) == [100.0, 180.0]
+    assert values(ideal.get_ydata()) == [100.0, 200.0]
+    curve, reference = efficiency.get_lines()
+    assert values(curve.get_ydata()) == pytest.approx([100.0, 90.0])
+    assert values(reference.get_ydata()) == [100, 100]
+
+
+def values(data: object) -> list[float]:
+    return [float(value) for value in numpy.asarray(data)]
+
+
+def test_plot_without_finished_runs_says_so(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "r", world_size=None, samples_per_s=None)
+    figure = plot_runs([read_run(path)], tmp_path / "out.png")
+    assert [text.get_text() for text in figure.axes[2].texts] == ["no finished run"]
+    assert figure.axes[2].get_lines() == []
+
+
+def test_unwritable_output_is_named(tmp_path: Path) -> None:
+    run = read_run(write_run(tmp_path / "r", world_size=1))
+    output = tmp_path / "missing" / "out.png"
+    with pytest.raises(DdpimgError, match=rf"-o {output}: cannot write the plot"):
+        plot_runs([run], output)
