@@ -30,7 +30,7 @@ COMMAND = ["--", "train", "mnist", "--epochs", "5", "--global-batch-size", "256"
 EXTRA: dict[str, list[str]] = {
     "generic": ["--gpus-per-node", "4"],  # the generic profile knows no GPU count
     "local": ["--runtime", "docker", "--gpu-request", "none", "--gpus-per-node", "2"],
-    "lumi": ["--gpu-vendor", "amd"],  # AMD GPUs: a ROCm image, apptainer --rocm
+    "lumi": [],  # the profile says gpu_vendor = "amd": apptainer --rocm
     "palmetto": ["--launch", "torchrun"],  # the origin tutorial's one launcher per node
 }
 

@@ -114,6 +114,7 @@ def test_port_range_is_below_the_ephemeral_range(name: str) -> None:
                 "interfaces": HSN,
                 "job.gpus_per_node": 8,
                 "job.gpu_request": "gpus-per-node",
+                "job.gpu_vendor": "amd",
                 "match.slurm_cluster_names": ("lumi",),
             },
         ),

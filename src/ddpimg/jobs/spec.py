@@ -117,6 +117,7 @@ FIELDS: tuple[Field, ...] = (
         "nvidia",
         "apptainer exec --nv (nvidia) or --rocm (amd)",
         choices=GPU_VENDORS,
+        from_profile=True,
     ),
     Field(
         "ntasks_per_node",

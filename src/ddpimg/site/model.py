@@ -23,6 +23,7 @@ class JobDefaults:
     gpu_request: str = "gres"  # "gres" -> --gres=gpu[:type]:N ; "gpus-per-node" -> --gpus-per-node
     cpus_per_task: int = 1
     partition: str = ""
+    gpu_vendor: str = "nvidia"  # "nvidia" -> apptainer --nv ; "amd" -> --rocm
     constraint: str = ""  # --constraint, for sites that pick GPU nodes by feature (Perlmutter: gpu)
     binds: tuple[str, ...] = ()
 

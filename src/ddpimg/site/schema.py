@@ -148,6 +148,7 @@ SCHEMA: dict[str, Key] = {
     "job.gpu_request": Key(STRING, "job.gpu_request", choices=("gres", "gpus-per-node")),
     "job.cpus_per_task": Key(INTEGER, "job.cpus_per_task", check=_at_least(1)),
     "job.partition": Key(STRING, "job.partition"),
+    "job.gpu_vendor": Key(STRING, "job.gpu_vendor", choices=("nvidia", "amd")),
     "job.constraint": Key(STRING, "job.constraint"),
     "job.binds": Key(STRING_LIST, "job.binds", check=_no_empty_items),
 }
