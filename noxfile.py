@@ -4,6 +4,7 @@
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
+    nox -s bench               benchmarks: ddpimg vs plain PyTorch loops, scale by simulation
     nox -s tests -- -k slurm   arguments after ``--`` go to pytest (or to ``train`` for demo)
 
 What gets installed is written once, in ``requirements/train.txt`` (the training stack) and
@@ -15,7 +16,22 @@ between runs; nox gives each session its own (~5.5 GB each, mostly torch's CUDA 
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import dataclasses
+import difflib
 import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
 
 import nox
 
@@ -58,8 +74,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the unit tests (no launcher started, GPU tests deselected)."""
-    _pytest(session, "tests", "--ignore=tests/integration", "-m", "not gpu")
+    """Run the unit tests (no launcher or engine started, GPU tests deselected)."""
+    engine_dirs = ("--ignore=tests/integration", "--ignore=tests/multinode")
+    _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker)")
 
 
 @nox.session(default=False)
@@ -69,7 +86,386 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def multinode(session: nox.Session) -> None:
+    """Run the multi-node tests on a Slurm cluster of network-namespace nodes (root)."""
+    _pytest(session, "tests/multinode", "-p", "no:cacheprovider", engines=True)
+
+
+@nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """Run the main job: train on 2 local CPU workers, synthetic data, 1 epoch."""
     _install(session)
     session.run("train", *(session.posargs or DEMO_ARGS))
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmark against plain PyTorch loops and at simulated scale (docs/performance.md)."""
+    _install(session)
+    session.run("python", "benchmarks/bench.py", *session.posargs)
+
+
+# ---- The image: containers/ (docs/containers.md) -------------------------------------------
+
+CONTAINERS = Path("containers")
+LOCK_INPUT = CONTAINERS / "requirements.in"
+# Lock name -> the index torch comes from (None: PyPI's own wheels, CUDA 13). One lock per
+# torch source, each made from LOCK_INPUT; the Dockerfile's TORCH_SOURCE picks one.
+LOCKS: dict[str, str | None] = {
+    "pypi": None,
+    "cpu": "https://download.pytorch.org/whl/cpu",
+    "cu126": "https://download.pytorch.org/whl/cu126",
+}
+# The oldest Python among the bases (Debian 12: 3.11; Ubuntu 24.04: 3.12): the locks are
+# universal from there on, with hashes for every platform's files.
+LOCK_PYTHON = "3.11"
+UV = "uv==0.13.8"
+SPYTHON = "spython==0.3.14"
+# The base image made by containers/engine.sh where no registry can be reached.
+LOCAL_BASE = "ddpimg-base:bookworm"
+# What `docker build` gets as context: the tree minus .git, .nox, runs and caches.
+CONTEXT = ("pyproject.toml", "README.md", "src", "site-profiles", "entrypoints", "containers")
+CONTEXT_IGNORE = ("__pycache__", "*.pyc", "*.egg-info", "build", "*.sif")
+WHEELHOUSE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddpimg/wheelhouse"
+SMOKE_IMAGE = "ddpimg:cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageBuild:
+    """One `docker build` of containers/Dockerfile."""
+
+    flavour: str
+    tag: str
+    torch: str  # a LOCKS name
+    local: bool = False  # no registry: debootstrap base, locked files served from this machine
+    no_cache: bool = False
+    ds_build_ops: bool = False
+    mpi4py_wheel: bool = False  # mpi4py's wheel instead of compiling it (Dockerfile MPI4PY_BUILD)
+    extra_ca: Path | None = None
+
+
+# CI's image: the CPU flavour on the local base, torch from PyPI (the CPU index is out of
+# reach), mpi4py's wheel (compiling it would take a quarter of CI's time for the smoke part).
+SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
+
+
+def _image_options(posargs: Sequence[str]) -> ImageBuild:
+    parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
+    parser.add_argument("flavour", choices=["cpu", "gpu"])
+    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR")
+    parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: gpu pypi, cpu cpu)")
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="no registry: start dockerd if needed, build on the debootstrap base, serve the "
+        "locked files from this machine to the build",
+    )
+    parser.add_argument("--no-cache", action="store_true")
+    parser.add_argument("--ds-build-ops", action="store_true", help="pre-build DeepSpeed's ops")
+    parser.add_argument(
+        "--mpi4py-wheel", action="store_true", help="mpi4py's wheel instead of compiling it"
+    )
+    parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
+    ns = parser.parse_args(list(posargs))
+    return ImageBuild(
+        flavour=ns.flavour,
+        tag=ns.tag or f"ddpimg:{ns.flavour}",
+        torch=ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi"),
+        local=ns.local,
+        no_cache=ns.no_cache,
+        ds_build_ops=ns.ds_build_ops,
+        mpi4py_wheel=ns.mpi4py_wheel,
+        extra_ca=ns.extra_ca,
+    )
+
+
+def _engine(session: nox.Session, *args: str) -> None:
+    """containers/engine.sh: start dockerd (recording its PID), stop it, make the base image."""
+    session.run("bash", str(CONTAINERS / "engine.sh"), *args, external=True)
+
+
+def _engine_answers() -> bool:
+    found = shutil.which("docker")
+    if found is None:
+        return False
+    probe = subprocess.run([found, "info"], capture_output=True, timeout=60, check=False)
+    return probe.returncode == 0
+
+
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _source_facts() -> dict[str, str]:
+    """Revision, SOURCE_DATE_EPOCH (the last commit's date), creation date and version."""
+    revision = _git("rev-parse", "HEAD")
+    if revision and _git("status", "--porcelain", "--untracked-files=no"):
+        revision += "-dirty"
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _git("log", "-1", "--format=%ct") or "0"
+    created = datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # tomllib is 3.11+; nox may run on 3.10. The [project] version is the first one.
+    found = re.search(r'^version = "([^"]+)"', Path("pyproject.toml").read_text(), re.MULTILINE)
+    version = found.group(1) if found else ""
+    return {
+        "REVISION": revision,
+        "SOURCE_DATE_EPOCH": epoch,
+        "CREATED": created,
+        "VERSION": version,
+    }
+
+
+def _stage_context(directory: Path, extra_ca: Path | None) -> None:
+    for name in CONTEXT:
+        source = Path(name)
+        if source.is_dir():
+            ignore = shutil.ignore_patterns(*CONTEXT_IGNORE)
+            shutil.copytree(source, directory / name, ignore=ignore)
+        else:
+            shutil.copy2(source, directory / name)
+    if extra_ca is not None:
+        shutil.copy2(extra_ca, directory / CONTAINERS / "build-inputs" / "extra-ca.pem")
+
+
+@contextlib.contextmanager
+def _wheelhouse(session: nox.Session, lock_file: Path, mpi4py_wheel: bool) -> Iterator[str]:
+    """The locked files in WHEELHOUSE (this machine's pip, its caches and indexes fetch them),
+    served on 127.0.0.1 for the build's pip; the server stops when the block ends."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    session.run(
+        "python", "-m", "pip", "download", "-qq", "--progress-bar", "off",
+        "--no-deps", "--require-hashes", "--no-binary", ":none:" if mpi4py_wheel else "mpi4py",
+        "-r", str(lock_file), "--dest", str(WHEELHOUSE),
+    )  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
+        cwd=WHEELHOUSE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        banner = server.stdout.readline() if server.stdout else ""
+        match = re.search(r"port (\d+)", banner)
+        if match is None:
+            session.error(f"the wheel server did not start: {banner!r}")
+        url = f"http://127.0.0.1:{match.group(1)}/"
+        session.log(f"serving {WHEELHOUSE} at {url} (PID {server.pid})")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _build_stage_tag(tag: str) -> str:
+    return f"{tag}-build"
+
+
+def _image_size(tag: str) -> int:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def _build_image(session: nox.Session, build: ImageBuild) -> None:
+    """`docker build` containers/Dockerfile for ``build``; logs the time taken and the size."""
+    lock_file = CONTAINERS / "lock" / f"{build.torch}.txt"
+    if not lock_file.is_file():
+        session.error(
+            f"{lock_file} does not exist: make it with `nox -s lock -- {build.torch}` where "
+            f"{LOCKS[build.torch]} is reachable, or build with --torch pypi"
+        )
+    if build.local:
+        _engine(session, "start")
+        _engine(session, "base", LOCAL_BASE)
+    args = _source_facts() | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
+    if build.local:
+        args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
+    if build.ds_build_ops:
+        args["DS_BUILD_OPS"] = "1"
+    if build.mpi4py_wheel:
+        args["MPI4PY_BUILD"] = "wheel"
+    with contextlib.ExitStack() as stack:
+        context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
+        _stage_context(context, build.extra_ca)
+        command = ["docker", "build", "--file", str(context / CONTAINERS / "Dockerfile")]
+        if build.local:
+            # The build's pip reaches the wheel server on this machine's loopback.
+            wheels = _wheelhouse(session, lock_file, build.mpi4py_wheel)
+            args["WHEELS_URL"] = stack.enter_context(wheels)
+            command += ["--network", "host"]
+        for name, value in sorted(args.items()):
+            command += ["--build-arg", f"{name}={value}"]
+        started = time.monotonic()
+        # The build stage gets a tag of its own (_build_stage_tag) so that the prune below
+        # keeps it as the cache of the next build. The second run reuses what the first built
+        # (even with --no-cache: its layers descend from the fresh ones, no older image).
+        no_cache = ["--no-cache"] if build.no_cache else []
+        for target in (
+            [*no_cache, "--target", "build", "--tag", _build_stage_tag(build.tag)],
+            ["--tag", build.tag],
+        ):
+            session.run(*command, *target, str(context), external=True)
+        elapsed = time.monotonic() - started
+    # What the tags named before (older images, their build stages) is dangling now.
+    session.run("docker", "image", "prune", "--force", external=True, silent=True)
+    size = _image_size(build.tag)
+    session.log(f"built {build.tag} in {elapsed:.0f} s: {size / 1e9:.2f} GB ({size} bytes)")
+
+
+def _unreachable(url: str) -> str | None:
+    """Why ``url`` cannot be fetched (None when it can)."""
+    try:
+        with urllib.request.urlopen(url, timeout=20):
+            return None
+    except (urllib.error.URLError, OSError) as err:
+        return f"{url}: {getattr(err, 'reason', err)}"
+
+
+@nox.session(default=False)
+def lock(session: nox.Session) -> None:
+    """Make containers/lock/NAME.txt, hashed, from containers/requirements.in: -- [NAME...]."""
+    names = session.posargs or list(LOCKS)
+    unknown = sorted(set(names) - set(LOCKS))
+    if unknown:
+        session.error(f"unknown lock {', '.join(unknown)}: choose from {', '.join(LOCKS)}")
+    session.install(UV)
+    skipped = []
+    for name in names:
+        index = LOCKS[name]
+        command = [
+            "uv", "pip", "compile", "--quiet", str(LOCK_INPUT), "--universal",
+            "--python-version", LOCK_PYTHON, "--generate-hashes", "--native-tls",
+            "--index-url", "https://pypi.org/simple",
+            "--custom-compile-command", f"nox -s lock -- {name}",
+            "--output-file", str(CONTAINERS / "lock" / f"{name}.txt"),
+        ]  # fmt: skip
+        if index is not None:
+            reason = _unreachable(f"{index}/torch/")
+            if reason is not None:
+                if session.posargs:
+                    session.error(f"lock {name}: its index cannot be reached: {reason}")
+                skipped.append(f"{name} ({reason})")
+                continue
+            command += ["--extra-index-url", index]  # uv: searched before --index-url
+        session.run(*command)
+    if skipped:
+        session.warn(f"not made (index unreachable from here): {'; '.join(skipped)}")
+
+
+@nox.session(default=False)
+def image(session: nox.Session) -> None:
+    """Build the image: -- cpu|gpu [--local] [--torch LOCK] [--tag T] [--no-cache] (see -- -h)."""
+    _build_image(session, _image_options(session.posargs))
+
+
+@nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """Build the CPU image on this machine (no registry) and run the Docker smoke tests."""
+    # ddpimg without the training stack: the tests only read what the image wrote.
+    session.install("-e", ".", "-r", DEV_REQUIREMENTS, SPYTHON)
+    if os.geteuid() == 0:
+        session.run("bash", "tests/engines/install.sh", external=True)
+    ours = not _engine_answers()
+    try:
+        _build_image(session, SMOKE_BUILD)
+        session.run(
+            "pytest", "tests/containers", "-p", "no:cacheprovider", *session.posargs,
+            env={"DDPIMG_TEST_IMAGE": SMOKE_IMAGE},
+        )  # fmt: skip
+    finally:
+        if ours:
+            _engine(session, "stop")
+
+
+@nox.session(name="image-repro", default=False)
+def image_repro(session: nox.Session) -> None:
+    """Build the CPU image twice (the second with --no-cache) and compare `pip freeze` inside."""
+    first, second = SMOKE_IMAGE, f"{SMOKE_IMAGE}-repro"
+    _build_image(session, SMOKE_BUILD)
+    _build_image(session, dataclasses.replace(SMOKE_BUILD, tag=second, no_cache=True))
+    freezes = []
+    for tag in (first, second):
+        freeze = session.run(
+            "docker", "run", "--rm", tag, "python3", "-m", "pip", "freeze", "--all",
+            external=True, silent=True,
+        )  # fmt: skip
+        freezes.append(str(freeze).splitlines())
+    session.run(
+        "docker", "image", "rm", second, _build_stage_tag(second), external=True, silent=True
+    )  # fmt: skip
+    session.run("docker", "image", "prune", "--force", external=True, silent=True)
+    if freezes[0] != freezes[1]:
+        diff = difflib.unified_diff(freezes[0], freezes[1], first, second, lineterm="")
+        session.error("the installed package sets differ:\n" + "\n".join(diff))
+    session.log(f"same {len(freezes[0])} packages in both builds:\n" + "\n".join(freezes[0]))
+
+
+@nox.session(default=False, venv_backend="none")
+def sif(session: nox.Session) -> None:
+    """Build a SIF with Apptainer: -- [gpu|cpu|standalone] (from the Docker image by default)."""
+    apptainer = shutil.which("apptainer") or shutil.which("singularity")
+    if apptainer is None:
+        session.skip(
+            "apptainer is not installed (Debian 12 and PyPI do not package it): build the SIF "
+            "where Apptainer exists, see docs/containers.md"
+        )
+    kind = session.posargs[0] if session.posargs else "gpu"
+    if kind == "standalone":
+        facts = _source_facts()
+        session.run(
+            apptainer, "build", "--force",
+            "--build-arg", f"REVISION={facts['REVISION']}",
+            "--build-arg", f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
+            "ddp-standalone.sif", str(CONTAINERS / "ddp-standalone.def"),
+            external=True,
+        )  # fmt: skip
+        session.run(apptainer, "test", "ddp-standalone.sif", external=True)
+        return
+    if kind not in ("gpu", "cpu"):
+        session.error(f"unknown SIF kind {kind!r}: gpu, cpu or standalone")
+    # ddp.def names ddpimg:gpu; the cpu SIF is the same recipe from ddpimg:cpu.
+    recipe = (CONTAINERS / "ddp.def").read_text(encoding="utf-8")
+    recipe = recipe.replace("From: ddpimg:gpu", f"From: ddpimg:{kind}")
+    recipe = recipe.replace("ddpimg (gpu)", f"ddpimg ({kind})")
+    with tempfile.TemporaryDirectory() as tmp:
+        definition = Path(tmp) / "ddp.def"
+        definition.write_text(recipe, encoding="utf-8")
+        output = "ddp.sif" if kind == "gpu" else f"ddp-{kind}.sif"
+        session.run(apptainer, "build", "--force", output, str(definition), external=True)
+    session.run(apptainer, "test", output, external=True)
+
+
+def _gpu_missing() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "nvidia-smi is not on PATH"
+    probe = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+    if probe.returncode != 0 or "GPU" not in probe.stdout:
+        return f"`nvidia-smi -L` lists no GPU: {(probe.stderr or probe.stdout).strip()[-200:]}"
+    return None
+
+
+@nox.session(name="gpu-check", default=False)
+def gpu_check(session: nox.Session) -> None:
+    """GPU checks of the GPU flavour (GPU seen, NCCL all-reduce, bf16 step); skips without one."""
+    reason = _gpu_missing()
+    if reason is not None:
+        session.skip(f"no GPU: {reason}")
+    script = "/opt/ddpimg/scripts/gpu_check.py"
+    target = session.posargs[0] if session.posargs else "ddpimg:gpu"
+    if target.endswith(".sif"):
+        apptainer = shutil.which("apptainer") or shutil.which("singularity") or "apptainer"
+        session.run(apptainer, "exec", "--nv", target, "python3", script, external=True)
+    elif target == "host":
+        _install(session)
+        session.run("python", str(CONTAINERS / "scripts" / "gpu_check.py"))
+    else:
+        session.run(
+            "docker", "run", "--rm", "--gpus", "all", "--ipc", "host", target, "python3", script,
+            external=True,
+        )  # fmt: skip

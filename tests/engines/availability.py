@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -80,7 +81,10 @@ def _docker() -> str | None:
 
 
 def _multinode() -> str | None:
-    return _missing_commands("ip", "nsenter") or _slurm()
+    # Namespaces, veths and the packet filter need CAP_NET_ADMIN and CAP_SYS_ADMIN.
+    if os.geteuid() != 0:
+        return "the namespace cluster (tests/engines/netns.py) must be built as root"
+    return _missing_commands("ip", "nsenter", "unshare", "setpriv", "nft") or _slurm()
 
 
 def _gpu() -> str | None:

@@ -10,7 +10,10 @@ PACKAGES=(
     slurmctld slurmd slurm-client munge   # Slurm, for tests marked slurm / multinode
     openmpi-bin libopenmpi-dev            # mpirun for mpi4py (tests marked mpi)
     iproute2 procps                       # ip for the multinode namespaces; ps, kill
+    nftables util-linux                   # multinode: eth0 packet filter; nsenter, unshare, setpriv
     g++                                   # DeepSpeed compiles its CPU ops on first use
+    docker.io                             # dockerd for tests marked docker (containers/engine.sh starts it)
+    debootstrap                           # the local base image: no registry to pull FROM
 )
 
 missing=()

@@ -14,7 +14,10 @@ Choices that are not obvious:
   each; ``config_overrides`` makes slurmd report the configured CPUs instead of draining
   the node for "Low CPUs".
 - Node and controller addresses are 127.0.0.1, so the cluster works even where the
-  machine's hostname does not resolve.
+  machine's hostname does not resolve. Several nodes (``nodes=``) each get their own
+  address and a command prefix that starts their slurmd "on" them (the network-namespace
+  cluster of ``tests/engines/netns.py`` enters the node's namespaces); spool, pid and log
+  files are then per node (``%n``).
 - The daemons run in the foreground (``-F`` / ``-D``), so the PIDs recorded here are the
   daemons themselves; ``stop()`` signals exactly those and nothing found by name. They are
   started through ``setpriv --pdeathsig TERM`` so that they receive SIGTERM when the
@@ -36,7 +39,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -95,12 +99,41 @@ def parse_mpi_plugins(output: str) -> tuple[str, ...]:
     return tuple(name for name in names if name)
 
 
-class LocalSlurm:
-    """A one-node Slurm cluster whose files live under ``workdir`` (munge's: see above)."""
+@dataclass(frozen=True)
+class SlurmNode:
+    """One slurmd: its node name, the address slurmctld and srun reach it at, and the command
+    prefix that starts a process on that node (empty: this machine as it is)."""
 
-    def __init__(self, workdir: Path, *, cpus: int | None = None) -> None:
+    name: str
+    addr: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+
+
+class LocalSlurm:
+    """A Slurm cluster whose files live under ``workdir`` (munge's: see above).
+
+    By default one node, this machine, at 127.0.0.1. ``nodes`` replaces it with several;
+    ``controller_addr`` is where the nodes reach slurmctld; ``settings`` add to or replace
+    ``slurm.conf`` keys (e.g. ``SlurmdPort``, ``SrunPortRange``); ``mpi_settings``, when
+    given, are written to ``mpi.conf`` (e.g. ``PMIxDirectConn``).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        cpus: int | None = None,
+        nodes: Sequence[SlurmNode] = (),
+        controller_addr: str = "127.0.0.1",
+        settings: Mapping[str, object] | None = None,
+        mpi_settings: Mapping[str, object] | None = None,
+    ) -> None:
         self.workdir = Path(workdir).resolve()
-        self.node = socket.gethostname().split(".")[0]
+        self.host = socket.gethostname().split(".")[0]
+        self.nodes = tuple(nodes) or (SlurmNode(self.host),)
+        self.controller_addr = controller_addr
+        self.settings = dict(settings or {})
+        self.mpi_settings = dict(mpi_settings or {})
         self.cpus = cpus if cpus is not None else max(os.cpu_count() or 1, MIN_CPUS)
         self.conf_path = self.workdir / "slurm.conf"
         self.munge_dir: Path | None = None
@@ -142,8 +175,12 @@ class LocalSlurm:
     ) -> None:
         self.stop()
 
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(node.name for node in self.nodes)
+
     def start(self, timeout_s: float = 60) -> None:
-        """Start munged, slurmctld and slurmd; return once a one-task ``srun`` works."""
+        """Start munged, slurmctld and every slurmd; return once ``srun`` on all nodes works."""
         if self._procs:
             raise LocalSlurmError(f"LocalSlurm in {self.workdir} is already started")
         deadline = time.monotonic() + timeout_s
@@ -152,9 +189,15 @@ class LocalSlurm:
             self._write_conf()
             self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf_path)])
             self._wait(deadline, "slurmctld answers scontrol ping", self._controller_up)
-            self._spawn("slurmd", ["slurmd", "-D", "-N", self.node, "-f", str(self.conf_path)])
-            self._wait(deadline, f"node {self.node} is idle", self._node_idle)
-            self._wait(deadline, "srun -n 1 true succeeds", self._srun_works)
+            for node in self.nodes:
+                self._spawn(
+                    self._slurmd_name(node),
+                    ["slurmd", "-D", "-N", node.name, "-f", str(self.conf_path)],
+                    prefix=node.prefix,
+                )
+            names = ",".join(self.node_names)
+            self._wait(deadline, f"nodes {names} are idle", self._nodes_idle)
+            self._wait(deadline, f"srun -N {len(self.nodes)} true succeeds", self._srun_works)
             listing = self._client(["srun", "--mpi=list"], deadline)
             self.mpi_plugins = parse_mpi_plugins(listing.stdout + listing.stderr)
         except BaseException as exc:
@@ -208,18 +251,24 @@ class LocalSlurm:
 
     def _write_conf(self) -> None:
         ctld_port, slurmd_port = _free_ports(2)
-        for sub in ("state", "spool", "log", "run"):
+        for sub in ("state", "log", "run"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        # Per node, for when several share one file system: PMIx puts its clients' files
+        # under TmpFS with names that are per step only.
+        for node in self.nodes:
+            for sub in ("spool", "tmp"):
+                (self.workdir / sub / node.name).mkdir(parents=True, exist_ok=True)
         plugstack = self.workdir / "plugstack.conf"
         plugstack.write_text("")
         log = self.workdir / "log"
         run = self.workdir / "run"
         self._logs["slurmctld"] = log / "slurmctld.log"
-        self._logs["slurmd"] = log / "slurmd.log"
+        for node in self.nodes:
+            self._logs[self._slurmd_name(node)] = log / f"slurmd-{node.name}.log"
         real_memory = max(_total_memory_mb() - 1024, 256)
         settings = {
             "ClusterName": "ddpimgtest",
-            "SlurmctldHost": f"{self.node}(127.0.0.1)",
+            "SlurmctldHost": f"{self.host}({self.controller_addr})",
             "SlurmctldPort": ctld_port,
             "SlurmdPort": slurmd_port,
             "SlurmUser": "root",
@@ -228,11 +277,12 @@ class LocalSlurm:
             "CredType": "cred/munge",
             "AuthInfo": f"socket={self.munge_socket}",
             "StateSaveLocation": self.workdir / "state",
-            "SlurmdSpoolDir": self.workdir / "spool",
+            "SlurmdSpoolDir": self.workdir / "spool" / "%n",
+            "TmpFS": self.workdir / "tmp" / "%n",
             "SlurmctldPidFile": run / "slurmctld.pid",
-            "SlurmdPidFile": run / "slurmd.pid",
+            "SlurmdPidFile": run / "slurmd-%n.pid",
             "SlurmctldLogFile": self._logs["slurmctld"],
-            "SlurmdLogFile": self._logs["slurmd"],
+            "SlurmdLogFile": log / "slurmd-%n.log",
             "SlurmctldDebug": "info",
             "SlurmdDebug": "info",
             "PlugStackConfig": plugstack,
@@ -251,23 +301,35 @@ class LocalSlurm:
             "KillWait": 5,
             "InactiveLimit": 0,
             "MailProg": "/bin/true",
-        }
+        } | self.settings
         lines = [f"{key}={value}" for key, value in settings.items()]
         lines += [
-            f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} "
-            f"CPUs={self.cpus} RealMemory={real_memory} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE "
-            "OverSubscribe=YES State=UP",
+            f"NodeName={node.name} NodeAddr={node.addr} NodeHostname={node.name} "
+            f"CPUs={self.cpus} RealMemory={real_memory} State=UNKNOWN"
+            for node in self.nodes
         ]
+        lines.append(
+            f"PartitionName={PARTITION} Nodes={','.join(self.node_names)} Default=YES "
+            "MaxTime=INFINITE OverSubscribe=YES State=UP"
+        )
         self.conf_path.write_text("\n".join(lines) + "\n")
+        if self.mpi_settings:
+            # Slurm reads mpi.conf from the directory of slurm.conf.
+            mpi_lines = [f"{key}={value}" for key, value in self.mpi_settings.items()]
+            (self.workdir / "mpi.conf").write_text("\n".join(mpi_lines) + "\n")
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    @staticmethod
+    def _slurmd_name(node: SlurmNode) -> str:
+        return f"slurmd {node.name}"
+
+    def _spawn(self, name: str, argv: list[str], prefix: Sequence[str] = ()) -> None:
         executable = shutil.which(argv[0])
         if executable is None:
             raise LocalSlurmError(f"{argv[0]} is not on PATH; run tests/engines/install.sh")
-        # setpriv sets the parent-death signal and then execs, so the PID stays the daemon's.
-        setpriv = ["setpriv", "--pdeathsig", "TERM", "--"]
-        out = self.workdir / "log" / f"{name}.out"
+        # setpriv sets the parent-death signal and then execs (so does the prefix, e.g.
+        # nsenter), so the PID stays the daemon's.
+        setpriv = ["setpriv", "--pdeathsig", "TERM", "--", *prefix]
+        out = self.workdir / "log" / f"{name.replace(' ', '-')}.out"
         out.parent.mkdir(parents=True, exist_ok=True)
         self._logs[f"{name} stdout"] = out
         with out.open("ab") as handle:
@@ -327,19 +389,22 @@ class LocalSlurm:
             return None
         return (ping.stdout + ping.stderr).strip()
 
-    def _node_idle(self, deadline: float) -> str | None:
-        info = self._client(["sinfo", "--noheader", "-N", "-n", self.node, "-o", "%T"], deadline)
-        state = info.stdout.strip()
-        if state == "idle":
+    def _nodes_idle(self, deadline: float) -> str | None:
+        info = self._client(["sinfo", "--noheader", "-N", "-o", "%N %T"], deadline)
+        states = dict(line.split(None, 1) for line in info.stdout.splitlines() if " " in line)
+        waiting = {name: states.get(name, "") for name in self.node_names}
+        waiting = {name: state for name, state in waiting.items() if state != "idle"}
+        if not waiting:
             return None
-        # ReturnToService=2 brings back a node that was down for not responding, but not
-        # one drained by a previous registration; a trailing * means "not responding yet".
-        if state.startswith(("drain", "down")) and not state.endswith("*"):
-            self._client(["scontrol", "update", f"nodename={self.node}", "state=resume"], deadline)
-        return f"node state {state or info.stderr.strip()!r}"
+        for name, state in waiting.items():
+            # ReturnToService=2 brings back a node that was down for not responding, but not
+            # one drained by a previous registration; a trailing * means "not responding yet".
+            if state.startswith(("drain", "down")) and not state.endswith("*"):
+                self._client(["scontrol", "update", f"nodename={name}", "state=resume"], deadline)
+        return f"node states {waiting} {info.stderr.strip()}".strip()
 
     def _srun_works(self, deadline: float) -> str | None:
-        step = self._client(["srun", "-n", "1", "true"], deadline)
+        step = self._client(["srun", "-N", str(len(self.nodes)), "true"], deadline)
         return None if step.returncode == 0 else step.stderr.strip()
 
     def _cancel_all_jobs(self) -> None:

@@ -25,6 +25,8 @@ JOINED_COUNTER = "ddpimg/joined"
 JOIN_KEY = "ddpimg/join/{rank}"
 VERDICT_KEY = "ddpimg/verdict"
 VERDICT_OK = "ok"
+READ_COUNTER = "ddpimg/verdict-read"
+READERS_GRACE_S = 10.0
 PROGRESS_EVERY_S = 30.0
 
 
@@ -93,17 +95,29 @@ def join(
     if rank == 0:
         verdict = _wait_for_all(store, world_size, timeout_s, host_of_rank)
         store.set(VERDICT_KEY, verdict)
+        if verdict != VERDICT_OK:
+            # Rank 0 hosts the store: leaving at once would cut off the ranks still reading
+            # the verdict, which would then die on a bare network error instead of this one.
+            _wait_for_readers(store, store.add(JOINED_COUNTER, 0) - 1)
     else:
         try:
             store.wait([VERDICT_KEY], timedelta(seconds=timeout_s + 30))
+            verdict = store.get(VERDICT_KEY).decode()
+            store.add(READ_COUNTER, 1)
         except Exception as err:
             raise RendezvousError(
                 f"rank {rank} got no word from rank 0 within {timeout_s + 30:g} s: {err}",
                 hint="rank 0 may have died; see its log",
             ) from err
-        verdict = store.get(VERDICT_KEY).decode()
     if verdict != VERDICT_OK:
         raise RendezvousError(verdict, hint=_MISSING_HINT)
+
+
+def _wait_for_readers(store: Store, readers: int) -> None:
+    """Bounded wait until ``readers`` other ranks have read a failed verdict."""
+    deadline = time.monotonic() + READERS_GRACE_S
+    while store.add(READ_COUNTER, 0) < readers and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 _MISSING_HINT = (

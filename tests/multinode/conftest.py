@@ -1,0 +1,94 @@
+"""Fixtures for the multi-node tests: one namespace cluster (tests/engines/netns.py) of
+three nodes for the whole session, the environments that reach it, and the one-process
+reference run every multi-node trajectory is compared with.
+
+Three nodes, so that "3 must work" is exercised (``ddpimg doctor`` runs on all three) while
+most jobs use two of them. ``run_env`` is the integration tests' base environment, reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.engines.availability import missing_reason, require_engines, verdict
+from tests.engines.netns import NamespaceCluster
+from tests.integration.conftest import run_env
+from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, train_losses
+
+__all__ = ["run_env"]
+
+NUM_NODES = 3
+PROFILES = Path(__file__).parent / "profiles"
+# Master by short host name, collectives on ib0: what fixes CSC's blocked Ethernet.
+SHORT_NAME_PROFILE = PROFILES / "nscluster.toml"
+# Master by "{node}i", collectives on ib0: what fixes JSC's naming.
+SUFFIX_PROFILE = PROFILES / "nscluster-suffix.toml"
+# --timeout for runs that must work (4 ranks import torch on 2 shared cores before they
+# meet) and for runs that must fail (short: the failure has to come within it).
+TIMEOUT_S = 90
+FAIL_TIMEOUT_S = 15
+# Bound on a whole srun / mpirun that is expected to work (start-up included).
+RUN_LIMIT_S = 300
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespaceCluster]:
+    """The namespace cluster for the whole session, removed at its end."""
+    decision = verdict(["multinode"], missing_reason, require_engines(os.environ))
+    if decision.action == "skip":
+        pytest.skip(decision.reason)
+    if decision.action == "fail":
+        pytest.fail(decision.reason, pytrace=False)
+    with NamespaceCluster(tmp_path_factory.mktemp("netns"), NUM_NODES) as built:
+        yield built
+    left = built.leftovers()
+    assert not left, f"the namespace cluster left behind: {', '.join(left)}"
+
+
+@pytest.fixture(scope="session")
+def cluster_env(run_env: dict[str, str], cluster: NamespaceCluster) -> dict[str, str]:
+    """``run_env`` plus the cluster's Slurm variables: srun, run here on the "login node"
+    (the root namespace), starts tasks on the namespace nodes."""
+    return run_env | cluster.env
+
+
+@pytest.fixture
+def suffix_naming(cluster: NamespaceCluster) -> Iterator[None]:
+    """JSC naming for one test: ``nodeN`` resolves to the blocked eth0, ``nodeNi`` to ib0."""
+    with cluster.short_names("eth0"):
+        yield
+
+
+@pytest.fixture(scope="session")
+def reference_losses(
+    tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]
+) -> list[float]:
+    """Per-step losses of QUICK_TRAIN in one process: what every topology must reproduce."""
+    out = tmp_path_factory.mktemp("reference")
+    run([command("train"), *QUICK_TRAIN, "--out", str(out)], run_env, timeout=RUN_LIMIT_S)
+    return train_losses(out)
+
+
+@pytest.fixture(scope="session")
+def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
+    """``run_env`` with a DeepSpeed op cache of this interpreter's own, already built.
+
+    DeepSpeed JIT-compiles its CPU communication op on first use (minutes on 2 busy cores)
+    into TORCH_EXTENSIONS_DIR, and compiles it again whenever the directory was last used
+    with other include paths (another virtual environment) or another ninja (PATH with or
+    without the venv's): the default ``~/.cache/torch_extensions`` is shared by all of
+    them. A directory per interpreter, built here once, keeps compiler runs out of every
+    test's timeout.
+    """
+    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    cache = Path.home() / ".cache" / "ddpimg-tests" / "torch_extensions" / key
+    env = run_env | {"TORCH_EXTENSIONS_DIR": str(cache)}
+    build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+    run([PYTHON, "-c", build], env, timeout=900)
+    return env

@@ -1,0 +1,60 @@
+"""JSC's naming on the namespace cluster: the plain node name resolves to eth0, which drops
+the rendezvous; only ``nodeNi`` is on the fabric. The ``{node}i`` rule works; the plain
+``{node}`` rule fails clearly, within the timeout, naming the master and the missing rank."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.engines.netns import NamespaceCluster
+from tests.integration.runs import command, run
+from tests.multinode.conftest import (
+    FAIL_TIMEOUT_S,
+    RUN_LIMIT_S,
+    SHORT_NAME_PROFILE,
+    SUFFIX_PROFILE,
+    TIMEOUT_S,
+)
+
+pytestmark = [
+    pytest.mark.multinode,
+    pytest.mark.slurm,
+    pytest.mark.torchrun,
+    pytest.mark.usefixtures("suffix_naming"),
+]
+
+DOCTOR_2_NODES = ["srun", "-N", "2", "--ntasks-per-node=1"]
+# Start-up (interpreters, torch import) on top of the rendezvous timeout.
+STARTUP_ALLOWANCE_S = 60
+
+
+def test_suffix_rule_reaches_the_master_over_ib0(
+    cluster: NamespaceCluster, cluster_env: dict[str, str]
+) -> None:
+    cmd = [*DOCTOR_2_NODES, command("ddpimg"), "doctor", "--site", str(SUFFIX_PROFILE),
+           "--timeout", str(TIMEOUT_S)]  # fmt: skip
+    proc = run(cmd, cluster_env, timeout=RUN_LIMIT_S)
+    assert "master node1i:" in proc.stdout
+    assert "all-reduce: correct" in proc.stdout
+
+
+def test_plain_name_rule_fails_within_the_timeout_and_says_why(
+    cluster: NamespaceCluster, cluster_env: dict[str, str]
+) -> None:
+    cmd = [*DOCTOR_2_NODES, command("ddpimg"), "doctor", "--site", str(SHORT_NAME_PROFILE),
+           "--timeout", str(FAIL_TIMEOUT_S)]  # fmt: skip
+    started = time.monotonic()
+    proc = run(cmd, cluster_env, timeout=RUN_LIMIT_S, check=False)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 3, proc.stderr
+    assert elapsed < FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S
+    # node2 cannot reach node1 by its plain name (its eth0 address); rank 0 names node2.
+    assert "ddpimg: error: rank 1 could not reach rank 0's rendezvous store at node1:" in (
+        proc.stderr
+    )
+    assert (
+        f"ddpimg: error: 1 of 2 ranks never joined the rendezvous within {FAIL_TIMEOUT_S} s: "
+        "rank 1 (host node2)"
+    ) in proc.stderr
