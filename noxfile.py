@@ -128,6 +128,7 @@ CONTEXT = ("pyproject.toml", "README.md", "src", "site-profiles", "entrypoints",
 CONTEXT_IGNORE = ("__pycache__", "*.pyc", "*.egg-info", "build", "*.sif")
 WHEELHOUSE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddpimg/wheelhouse"
 SMOKE_IMAGE = "ddpimg:cpu"
+WHEEL_SERVER_PORT = 38751  # on 127.0.0.1, while a --local build runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +140,8 @@ class ImageBuild:
     torch: str  # a LOCKS name
     local: bool = False  # no registry: debootstrap base, locked files served from this machine
     no_cache: bool = False
-    ds_build_ops: bool = False
+    ds_build_ops: str | None = None  # a CUDA devel image to build the venv in, with the ops
+    cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST for those ops
     mpi4py_wheel: bool = False  # mpi4py's wheel instead of compiling it (Dockerfile MPI4PY_BUILD)
     extra_ca: Path | None = None
 
@@ -161,7 +163,13 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
         "locked files from this machine to the build",
     )
     parser.add_argument("--no-cache", action="store_true")
-    parser.add_argument("--ds-build-ops", action="store_true", help="pre-build DeepSpeed's ops")
+    parser.add_argument(
+        "--ds-build-ops",
+        metavar="DEVEL_IMAGE",
+        help="pre-build DeepSpeed's ops, building the venv in this CUDA devel image (same OS "
+        "and Python as the base, e.g. nvidia/cuda:13.0.3-devel-ubuntu24.04)",
+    )
+    parser.add_argument("--cuda-arch-list", help="TORCH_CUDA_ARCH_LIST for --ds-build-ops")
     parser.add_argument(
         "--mpi4py-wheel", action="store_true", help="mpi4py's wheel instead of compiling it"
     )
@@ -174,6 +182,7 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
         local=ns.local,
         no_cache=ns.no_cache,
         ds_build_ops=ns.ds_build_ops,
+        cuda_arch_list=ns.cuda_arch_list,
         mpi4py_wheel=ns.mpi4py_wheel,
         extra_ca=ns.extra_ca,
     )
@@ -237,18 +246,24 @@ def _wheelhouse(session: nox.Session, lock_file: Path, mpi4py_wheel: bool) -> It
         "--no-deps", "--require-hashes", "--no-binary", ":none:" if mpi4py_wheel else "mpi4py",
         "-r", str(lock_file), "--dest", str(WHEELHOUSE),
     )  # fmt: skip
-    server = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
-        cwd=WHEELHOUSE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
+    # The URL is a build argument, part of the cache key of the step that installs the lock:
+    # the same port every time keeps that step cached. Any free port when it is taken.
+    for port in (WHEEL_SERVER_PORT, 0):
+        server = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            cwd=WHEELHOUSE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         banner = server.stdout.readline() if server.stdout else ""
         match = re.search(r"port (\d+)", banner)
-        if match is None:
-            session.error(f"the wheel server did not start: {banner!r}")
+        if match is not None:
+            break
+        server.wait(timeout=30)
+    else:
+        session.error(f"the wheel server did not start: {banner!r}")
+    try:
         url = f"http://127.0.0.1:{match.group(1)}/"
         session.log(f"serving {WHEELHOUSE} at {url} (PID {server.pid})")
         yield url
@@ -286,7 +301,9 @@ def _build_image(session: nox.Session, build: ImageBuild) -> None:
     if build.local:
         args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
     if build.ds_build_ops:
-        args["DS_BUILD_OPS"] = "1"
+        args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
+    if build.cuda_arch_list:
+        args["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list
     if build.mpi4py_wheel:
         args["MPI4PY_BUILD"] = "wheel"
     with contextlib.ExitStack() as stack:

@@ -1,46 +1,51 @@
 """Command line: ``ddpimg env|train|doctor|sbatch|plot`` and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
-the process. Heavy imports happen inside the commands that need them, so ``ddpimg env``
-never imports torch.
+the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
+every job start on every rank, so it must not pay for the trainer's or the plotter's imports,
+and it never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 from ddpimg import __version__, exitcodes
-from ddpimg.cli import doctor_cmd, env_cmd, plot_cmd, sbatch_cmd, train_cmd
 from ddpimg.errors import DdpimgError, RendezvousError
 
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "env": ("print the resolved topology, site and environment (no torch)", env_cmd.add_arguments),
-    "train": ("run a bundled trainer or your own script", train_cmd.add_arguments),
-    "doctor": (
-        "check ranks, devices, network and all-reduce on every rank",
-        doctor_cmd.add_arguments,
-    ),
+
+class CommandModule(Protocol):
+    """What every ``ddpimg.cli.<name>_cmd`` module provides."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace, argv: list[str]) -> int: ...
+
+
+# name -> (one-line help, module implementing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("print the resolved topology, site and environment (no torch)", "env_cmd"),
+    "train": ("run a bundled trainer or your own script", "train_cmd"),
+    "doctor": ("check ranks, devices, network and all-reduce on every rank", "doctor_cmd"),
     "sbatch": (
         "render (and submit) a Slurm batch script for a site, an image and a train command",
-        sbatch_cmd.add_arguments,
+        "sbatch_cmd",
     ),
-    "plot": (
-        "plot loss/accuracy per epoch and throughput/scaling of several runs",
-        plot_cmd.add_arguments,
-    ),
-}
-RUNNERS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
-    "env": env_cmd.run,
-    "train": train_cmd.run,
-    "doctor": doctor_cmd.run,
-    "sbatch": sbatch_cmd.run,
-    "plot": plot_cmd.run,
+    "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> CommandModule:
+    return cast(CommandModule, importlib.import_module(f"ddpimg.cli.{COMMANDS[name][1]}"))
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``selected``'s options are added (all of them when None), so that
+    running one command does not import the others."""
     parser = argparse.ArgumentParser(
         prog="ddpimg",
         description="Resolve ranks and the site, then train the same way on any cluster.",
@@ -48,10 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ddpimg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (help_text, add_arguments) in COMMANDS.items():
-        add_arguments(
-            sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+    for name, (help_text, _) in COMMANDS.items():
+        command_parser = sub.add_parser(
+            name, help=help_text, description=help_text, allow_abbrev=False
         )
+        if selected in (None, name):
+            command_module(name).add_arguments(command_parser)
     return parser
 
 
@@ -62,9 +69,10 @@ def report_error(err: DdpimgError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    namespace = build_parser().parse_args(args)
+    selected = args[0] if args and args[0] in COMMANDS else None
+    namespace = build_parser(selected).parse_args(args)
     try:
-        return RUNNERS[namespace.command](namespace, args)
+        return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
         return report_error(err)
 

@@ -1,0 +1,108 @@
+"""MNIST the way the origin tutorials train it (pytorch/examples mnist/main.py made DDP):
+a map-style Dataset with a per-sample transform, a DataLoader with worker processes,
+``loss.item()`` every step, and the whole test set evaluated on every rank.
+
+Same CNN (ddpimg's MnistNet, imported), data (the synthetic set), per-rank batch,
+precision (fp32), optimiser (Adadelta lr 1.0) and initial weights (torch.manual_seed(seed))
+as ``train mnist``. Its dropout layers are ddpimg's GlobalBatchDropout, which must be told
+the step and the rank's rows: the one line a plain script would not have.
+
+    python benchmarks/reference/mnist_ddp.py --max-steps 30 --warmup-steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from common import SameOrderSampler, report, seed_everything, setup
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+from ddpimg.train.data import normalize, synthetic_images
+from ddpimg.train.dropout import BatchPosition, DropoutContext
+from ddpimg.train.tasks.mnist import MnistNet
+
+
+class MnistDataset(Dataset[tuple[torch.Tensor, int]]):
+    def __init__(self, split: str, count: int) -> None:
+        data = synthetic_images(split, count)
+        self.images, self.labels = data.images, data.labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        # ToTensor + Normalize, one sample at a time.
+        return normalize(self.images[index : index + 1])[0], int(self.labels[index])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--warmup-steps", type=int, default=5)
+    parser.add_argument("--train-samples", type=int, default=6400)
+    parser.add_argument("--eval-samples", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    rank, world_size = setup()
+    train_set = MnistDataset("train", args.train_samples)
+    test_set = MnistDataset("test", args.eval_samples)
+    sampler = SameOrderSampler(len(train_set), args.batch_size, rank, world_size, args.seed)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers
+    )
+    test_loader = DataLoader(test_set, batch_size=1000, num_workers=args.workers)
+
+    seed_everything(args.seed)
+    dropout = DropoutContext(args.seed)
+    model = DDP(MnistNet(dropout))
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+
+    model.train()
+    step, losses, began = 0, [], time.perf_counter()
+    steady_from = began
+    for data, target in train_loader:
+        step += 1
+        dropout.position = BatchPosition(step, rank * args.batch_size, args.batch_size * world_size)
+        optimizer.zero_grad()
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step % 10 == 0 and rank == 0:
+            print(f"Train step {step}\tLoss: {losses[-1]:.6f}", flush=True)
+        if step == args.warmup_steps:
+            steady_from = time.perf_counter()
+        if step == args.max_steps:
+            break
+    steady_s = time.perf_counter() - steady_from
+
+    eval_began = time.perf_counter()
+    model.eval()
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for data, target in test_loader:
+            output = model(data)
+            test_loss += F.nll_loss(output, target, reduction="sum").item()
+            correct += int(output.argmax(dim=1).eq(target).sum().item())
+    eval_s = time.perf_counter() - eval_began
+    if rank == 0:
+        report(
+            {
+                "steps_per_s": (step - args.warmup_steps) / steady_s,
+                "loss_at_k": losses[-1],
+                "eval_loss": test_loss / len(test_set),
+                "eval_s": eval_s,
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
