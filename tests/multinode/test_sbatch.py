@@ -1,0 +1,44 @@
+"""A batch script from `ddpimg sbatch` runs a 2-node job on the namespace cluster: the
+script's srun starts one task per "GPU" on each node, and the per-step losses are those of
+one process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, summary, train_losses
+from tests.integration.test_sbatch import wait_for_end
+from tests.multinode.conftest import SHORT_NAME_PROFILE, TIMEOUT_S
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
+
+
+def test_generated_two_node_job_matches_one_process(
+    cluster_env: dict[str, str], reference_losses: list[float], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    sbatch = [
+        command("ddpimg"), "sbatch", "--site", str(SHORT_NAME_PROFILE), "--runtime", "none",
+        "--gpu-request", "none", "--nodes", "2", "--gpus-per-node", "2", "--time", "10",
+        "--submit", "--", "train", *QUICK_TRAIN, "--timeout", str(TIMEOUT_S), "--out", str(out),
+    ]  # fmt: skip
+    proc = run(sbatch, cluster_env, cwd=tmp_path, timeout=60)
+    job_id = proc.stdout.strip()
+    assert re.fullmatch(r"\d+", job_id), f"not a job id: {proc.stdout!r}"
+    log = tmp_path / f"ddpimg-{job_id}.out"
+    info = wait_for_end(job_id, cluster_env, log)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log.read_text()
+    text = log.read_text()
+    hosts: dict[int, set[str]] = {}
+    for task, node in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        pattern = rf"ddpimg: task {task} \(node {node}, local {task % 2}\) on (node\d)"
+        found = re.search(pattern, text)
+        assert found, text
+        hosts.setdefault(node, set()).add(found.group(1))
+    assert len(hosts[0]) == len(hosts[1]) == 1
+    assert hosts[0] != hosts[1], "the two nodes of the job must be two namespace nodes"
+    assert summary(out)["world_size"] == 4
+    assert_close(train_losses(out), reference_losses, 1e-4, "sbatch 2-node job vs 1 process")
