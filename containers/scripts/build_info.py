@@ -1,0 +1,112 @@
+"""Write the image's build-info file, which every run's ``manifest.json`` records.
+
+Run in the build stage with the image's venv interpreter, after everything is installed:
+
+    python build_info.py --out FILE --flavour cpu --torch-source pypi --lock LOCK \
+        --revision REV --base-image IMAGE
+
+The image puts FILE at ``/etc/ddpimg/build-info.json``, where ``ddpimg.train.outputs``
+looks by default. The build date comes from ``SOURCE_DATE_EPOCH`` (not the clock), so two
+builds of the same inputs write the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("ddpimg", "torch", "torchvision", "numpy", "deepspeed", "mpi4py")
+SCHEMA = 1
+
+
+def build_date(env: Mapping[str, str]) -> str | None:
+    """``SOURCE_DATE_EPOCH`` as an ISO 8601 UTC date; None when unset or empty."""
+    value = env.get("SOURCE_DATE_EPOCH", "")
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(
+            f"SOURCE_DATE_EPOCH={value!r}: expected seconds since 1970 "
+            "(e.g. `git log -1 --format=%ct`)"
+        )
+    when = datetime.fromtimestamp(int(value), timezone.utc)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def open_mpi_version(text: str) -> str | None:
+    """The version in ``mpirun --version`` output ("mpirun (Open MPI) 4.1.4")."""
+    match = re.search(r"\(Open MPI\) (\S+)", text)
+    return match.group(1) if match else None
+
+
+def describe(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    versions: Callable[[str], str | None],
+    lock_sha256: str,
+    mpi: str | None,
+) -> dict[str, Any]:
+    """The build-info object. Pure: everything it reports is passed in."""
+    return {
+        "schema": SCHEMA,
+        "image": "ddpimg",
+        "flavour": args.flavour,
+        "revision": args.revision or None,
+        "base_image": args.base_image or None,
+        "build_date": build_date(env),
+        "source_date_epoch": env.get("SOURCE_DATE_EPOCH") or None,
+        "lock": {"name": args.torch_source, "sha256": lock_sha256},
+        "python": platform.python_version(),
+        "packages": {name: versions(name) for name in PACKAGES},
+        "open_mpi": mpi,
+        "deepspeed_build_ops": env.get("DS_BUILD_OPS", "0") == "1",
+        "mpi4py_build": env.get("MPI4PY_BUILD") or "source",
+        "torch_cuda_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+    }
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--flavour", choices=["cpu", "gpu"], required=True)
+    parser.add_argument("--torch-source", required=True, help="the lock's name (pypi, cpu, ...)")
+    parser.add_argument("--lock", type=Path, required=True)
+    parser.add_argument("--revision", default="")
+    parser.add_argument("--base-image", default="")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    lock_sha256 = hashlib.sha256(args.lock.read_bytes()).hexdigest()
+    mpirun = subprocess.run(
+        ["mpirun", "--version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    info = describe(
+        args, os.environ, installed_version, lock_sha256, open_mpi_version(mpirun.stdout)
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

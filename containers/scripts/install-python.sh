@@ -1,0 +1,122 @@
+#!/bin/sh
+# The image's Python environment: a venv holding exactly one hashed lock file, then ddpimg.
+# Run as root by containers/Dockerfile (build stage) and ddp-standalone.def.
+#
+#   install-python.sh deps LOCK    the venv with LOCK (containers/lock/NAME.txt) and nothing else
+#   install-python.sh ddpimg PKG ENTRYPOINTS
+#                                  ddpimg from PKG (its wheel or source tree; no downloads),
+#                                  and the image's commands from ENTRYPOINTS (entrypoints/)
+#
+# Where pip finds the locked files; used during the build only, nothing of it stays in the
+# image, and whatever the source, pip installs nothing whose hash is not in LOCK:
+#   WHEELS_URL  a directory or URL holding the locked files (pip --no-index --find-links);
+#               `nox -s image` serves one on 127.0.0.1 to `docker build --network host`
+#   INDEX_URL   a package index to use instead of PyPI (a mirror)
+#   EXTRA_CA    a PEM file of extra certificate authorities (a proxy's), added to the system's
+# Build options (environment):
+#   VENV                   where the venv goes (default /opt/ddpimg/venv)
+#   MPI4PY_BUILD=source    compile mpi4py against the image's Open MPI (default), or
+#               =wheel     install mpi4py's wheel, which loads that same libmpi at run time
+#                          (ABI-compatible; saves ~3 CPU-minutes of compiling)
+#   DS_BUILD_OPS=1         pre-build DeepSpeed's ops: needs nvcc, i.e. a CUDA devel base
+#   TORCH_CUDA_ARCH_LIST   the GPU architectures those ops are built for (a build has no GPU
+#                          to detect them from)
+set -eu
+
+usage="install-python.sh deps LOCK | ddpimg PKG ENTRYPOINTS"
+step=${1:?usage: $usage}
+path=${2:?usage: $usage}
+venv=${VENV:-/opt/ddpimg/venv}
+pip="$venv/bin/python -m pip"
+# Built from source: DeepSpeed against this torch, mpi4py against this image's Open MPI.
+case ${MPI4PY_BUILD:-source} in
+source) from_source="deepspeed mpi4py" ;;
+wheel) from_source="deepspeed" ;;
+*)
+    echo "install-python.sh: error: MPI4PY_BUILD='$MPI4PY_BUILD': expected source or wheel" >&2
+    exit 2
+    ;;
+esac
+
+die() {
+    echo "install-python.sh: error: $1" >&2
+    [ $# -lt 2 ] || echo "install-python.sh: hint: $2" >&2
+    exit 1
+}
+
+install_deps() {
+    lock=$1
+    [ -f "$lock" ] || die "lock file $lock does not exist" \
+        "make it with \`nox -s lock\` where its index is reachable, or choose another TORCH_SOURCE"
+
+    if [ "${DS_BUILD_OPS:-0}" = 1 ]; then
+        command -v nvcc >/dev/null 2>&1 || die "DS_BUILD_OPS=1 needs nvcc, which this build stage lacks" \
+            "build with --build-arg BUILD_FROM=<a CUDA devel image of the same OS as the base>"
+        nvcc_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+        case ";${TORCH_CUDA_ARCH_LIST:-};" in
+        *";7.0;"* | *";7.0+PTX;"*)
+            [ "${nvcc_major:-0}" -lt 13 ] || die "CUDA $nvcc_major cannot build for V100 (sm 7.0), found in TORCH_CUDA_ARCH_LIST='$TORCH_CUDA_ARCH_LIST'" \
+                "torch's CUDA 13 wheels do not run on V100 either: for V100 sites use the cu126 lock and a CUDA 12 devel base; otherwise pass TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'"
+            ;;
+        esac
+    fi
+
+    # Split LOCK into the wheels and the two packages built here. An entry starts at column 0
+    # ("name==version ; marker \"); its hash and comment lines are indented below it.
+    part() {
+        awk -v want="$1" -v names=" $from_source " '
+            /^#/ { next }
+            /^[A-Za-z0-9]/ {
+                name = tolower($1)
+                sub(/[=;<>!~ ].*/, "", name)
+                built = index(names, " " name " ") > 0
+            }
+            (want == "source") == built { print }
+        ' "$lock"
+    }
+    work=$(mktemp -d)
+    part binary >"$work/binary.txt"
+    part source >"$work/source.txt"
+
+    set -- --disable-pip-version-check --no-input --no-cache-dir --progress-bar off
+    if [ -n "${WHEELS_URL:-}" ]; then
+        set -- "$@" --no-index --find-links "$WHEELS_URL"
+    elif [ -n "${INDEX_URL:-}" ]; then
+        set -- "$@" --index-url "$INDEX_URL"
+    fi
+    if [ -n "${EXTRA_CA:-}" ] && [ -s "$EXTRA_CA" ]; then
+        cat /etc/ssl/certs/ca-certificates.crt "$EXTRA_CA" >"$work/ca.pem"
+        export PIP_CERT="$work/ca.pem"
+    fi
+
+    python3 -m venv "$venv"
+    $pip install "$@" --require-hashes --no-deps --only-binary :all: -r "$work/binary.txt"
+    # No build isolation: mpi4py's and DeepSpeed's build tools (and torch, for DeepSpeed) come
+    # from the lock, already installed above, instead of unhashed downloads. DeepSpeed has
+    # only a source distribution.
+    no_binary=:none:
+    case " $from_source " in *" mpi4py "*) no_binary=mpi4py ;; esac
+    $pip install "$@" --require-hashes --no-deps --no-build-isolation \
+        --no-binary "$no_binary" -r "$work/source.txt"
+    rm -rf "$work"
+}
+
+install_ddpimg() {
+    package=$1
+    entrypoints=${2:?usage: $usage}
+    $pip install --disable-pip-version-check --no-input --no-cache-dir --no-deps \
+        --no-build-isolation --no-index "$package"
+    # Every requirement of every installed package is in the lock.
+    $pip check
+    # The image's commands are entrypoints/{train,ddpimg} (python3 -I: a host PYTHONPATH cannot
+    # shadow ddpimg), in place of the console scripts pip generated.
+    for command in train ddpimg; do
+        install -m 0755 "$entrypoints/$command" "$venv/bin/$command"
+    done
+}
+
+case $step in
+deps) install_deps "$path" ;;
+ddpimg) install_ddpimg "$path" "${3:-}" ;;
+*) die "unknown step '$step'" "$usage" ;;
+esac

@@ -1,0 +1,52 @@
+#!/bin/sh
+# The image's system packages, run as root by containers/Dockerfile and ddp-standalone.def.
+# The same list for both flavours and for the bases in use (Debian 12, Ubuntu 24.04,
+# python:3.11-slim):
+#
+#   install-system.sh runtime   what the final image needs
+#   install-system.sh build     runtime + the Open MPI headers mpi4py is compiled against
+#                               (none with MPI4PY_BUILD=wheel: nothing is compiled against them)
+#
+# runtime packages, and why:
+#   openmpi-bin                  Open MPI, built by Debian/Ubuntu with Slurm and PMIx support:
+#                                srun or the host's mpirun start the container's ranks (the
+#                                hybrid model) and mpi4py is compiled against this library
+#   libibverbs1 ibverbs-providers librdmacm1
+#                                rdma-core's user space: NCCL finds InfiniBand through it
+#   g++, Python headers          DeepSpeed JIT-compiles its ops on first use
+#   tini                         PID 1 under Docker: forwards signals, reaps torchrun's workers
+#   python3 python3-venv         only where the base has no Python of its own (CUDA bases)
+# Never libnccl: torch's CUDA wheels carry NCCL, and a second libnccl on the loader path is
+# how a job ends up mixing two versions.
+set -eu
+
+stage=${1:-}
+case $stage in
+runtime | build) ;;
+*)
+    echo "install-system.sh: error: unknown stage '$stage'" >&2
+    echo "install-system.sh: hint: install-system.sh runtime|build" >&2
+    exit 2
+    ;;
+esac
+
+packages="ca-certificates openmpi-bin libibverbs1 ibverbs-providers librdmacm1 g++ tini"
+if ! command -v python3 >/dev/null 2>&1; then
+    packages="$packages python3 python3-venv python3-dev"
+else
+    python3 -c 'import ensurepip' 2>/dev/null || packages="$packages python3-venv"
+    python3 -c '
+import os, sys, sysconfig
+sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+' || packages="$packages python3-dev"
+fi
+if [ "$stage" = build ] && [ "${MPI4PY_BUILD:-source}" = source ]; then
+    packages="$packages libopenmpi-dev"
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+# shellcheck disable=SC2086  # a word list on purpose
+apt-get install -y --no-install-recommends $packages
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log

@@ -1,0 +1,251 @@
+"""Smoke tests of the built image under a real Docker engine (`nox -s smoke`).
+
+Each test runs the image the way people do: read-only root (as a SIF is), non-root user, two
+containers as two ranks of one Slurm step (the way `srun apptainer exec` starts them: the
+host's Slurm variables passed in, host network), `ddpimg doctor`, and a host environment
+full of module-system variables. ``DDPIMG_TEST_IMAGE`` names the image (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.runs import QUICK_TRAIN, assert_close, read_metrics, run, train_losses
+
+pytestmark = pytest.mark.docker
+
+REL = 1e-4
+# The issue's command is `train --nproc-per-node 2 --data synthetic --epochs 1`; a full
+# synthetic MNIST epoch takes 2.5 minutes on 2 cores, so the smoke run takes a slice of it.
+EPOCH_SLICE = ["--train-samples", "4096", "--eval-samples", "1024"]
+READ_ONLY = ["--read-only", "--tmpfs", "/tmp"]
+# Inside the container: where a host directory is mounted for outputs.
+OUT = "/out"
+
+
+def docker_env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def docker_run(
+    image: str,
+    command: Sequence[str],
+    *,
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`docker run --rm OPTIONS -e NAME=VALUE... IMAGE COMMAND`."""
+    variables = [f"--env={name}={value}" for name, value in sorted((env or {}).items())]
+    cmd = ["docker", "run", "--rm", *options, *variables, image, *command]
+    return run(cmd, docker_env(), timeout=timeout, check=check)
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    """A host directory the image's non-root user can write into."""
+    tmp_path.chmod(0o777)
+    return tmp_path
+
+
+def mounted(out_dir: Path) -> list[str]:
+    return ["--volume", f"{out_dir}:{OUT}"]
+
+
+@pytest.fixture(scope="module")
+def image_config(image: str) -> dict[str, Any]:
+    proc = run(["docker", "image", "inspect", image], docker_env(), timeout=60)
+    config: dict[str, Any] = json.loads(proc.stdout)[0]["Config"]
+    return config
+
+
+@pytest.fixture(scope="module")
+def build_info(image: str) -> dict[str, Any]:
+    proc = docker_run(image, ["cat", "/etc/ddpimg/build-info.json"], timeout=60)
+    info: dict[str, Any] = json.loads(proc.stdout)
+    return info
+
+
+def test_image_runs_as_non_root_without_site_variables(
+    image: str, image_config: dict[str, Any]
+) -> None:
+    assert image_config["User"] == "ddp"
+    uid = docker_run(image, ["id", "-u"], timeout=60).stdout.strip()
+    assert uid != "0"
+    names = {entry.partition("=")[0] for entry in image_config["Env"]}
+    assert "PYTHONNOUSERSITE" in names
+    assert not {n for n in names if n.startswith(("NCCL_", "GLOO_", "MASTER_", "DDPIMG_SITE"))}
+    labels = image_config["Labels"]
+    for key in ("title", "version", "revision", "created"):
+        assert labels.get(f"org.opencontainers.image.{key}"), key
+
+
+def test_no_build_input_is_left_in_the_image(image: str) -> None:
+    history = run(["docker", "history", "--no-trunc", image], docker_env(), timeout=60).stdout
+    assert "WHEELS_URL" not in history
+    assert "127.0.0.1" not in history
+    leftovers = docker_run(
+        image,
+        ["sh", "-c", "ls -d /tmp/ddpimg-* /opt/ddpimg/build /root/.cache 2>/dev/null; true"],
+        timeout=60,
+    )
+    assert leftovers.stdout.strip() == ""
+
+
+def test_build_info_describes_the_image(image: str, build_info: dict[str, Any]) -> None:
+    assert build_info["image"] == "ddpimg"
+    assert build_info["flavour"] == "cpu"
+    assert build_info["packages"]["torch"]
+    assert build_info["packages"]["ddpimg"]
+    assert len(build_info["lock"]["sha256"]) == 64
+    assert build_info["build_date"]
+    assert build_info["open_mpi"]
+
+
+def test_train_on_a_read_only_root(image: str) -> None:
+    """The issue's first smoke run: 2 local workers, synthetic data, 1 epoch, read-only root."""
+    command = ["train", "--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1"]
+    proc = docker_run(image, [*command, *EPOCH_SLICE], options=READ_ONLY, timeout=600)
+    assert "eval  epoch 1" in proc.stdout + proc.stderr
+
+
+def test_caches_are_writable_on_a_read_only_root(image: str) -> None:
+    """Where torch's JIT extensions (DeepSpeed's ops), Triton's cache and matplotlib's
+    cache go must be writable with a read-only root, as in a SIF."""
+    probe = (
+        "import os, matplotlib, torch.utils.cpp_extension as ext\n"
+        "from triton import knobs\n"
+        "dirs = [ext._get_build_directory('ddpimg_probe', False), knobs.cache.dir,\n"
+        "        matplotlib.get_cachedir()]\n"
+        "for d in dirs:\n"
+        "    os.makedirs(d, exist_ok=True)\n"
+        "    open(os.path.join(d, 'probe'), 'w').close()\n"
+        "    print(d)\n"
+    )
+    proc = docker_run(image, ["python3", "-c", probe], options=READ_ONLY, timeout=120)
+    dirs = proc.stdout.split()
+    assert len(dirs) == 3, proc.stdout
+    for directory in dirs:
+        assert directory.startswith("/tmp/"), proc.stdout
+
+
+def slurm_step(rank: int, job_id: str) -> dict[str, str]:
+    """What `srun -n 2` on one node gives task ``rank`` (Slurm 22.05)."""
+    return {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NUM_NODES": "1",
+        # A node name that resolves to loopback on any machine, so nothing leaves it.
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+    }
+
+
+@pytest.fixture
+def named_containers(image: str) -> Iterator[list[str]]:
+    """Names for containers a test starts itself; removed at the end, whatever happened."""
+    names = [f"ddpimg-smoke-{os.getpid()}-rank{rank}" for rank in range(2)]
+    yield names
+    subprocess.run(["docker", "rm", "--force", *names], capture_output=True, check=False)
+
+
+def test_two_containers_are_two_ranks_of_one_job(
+    image: str, out_dir: Path, named_containers: list[str]
+) -> None:
+    train = ["train", "--site", "local", *QUICK_TRAIN]
+    docker_run(image, [*train, "--out", f"{OUT}/single"], options=[*READ_ONLY, *mounted(out_dir)])
+    reference = train_losses(out_dir / "single")
+    assert len(reference) == 8
+
+    job_id = str(40000 + os.getpid() % 20000)  # the port derives from it: differ from others
+    ranks = []
+    for rank, name in enumerate(named_containers):
+        variables = [f"--env={k}={v}" for k, v in sorted(slurm_step(rank, job_id).items())]
+        cmd = ["docker", "run", "--rm", "--name", name, "--network", "host", *READ_ONLY,
+               *mounted(out_dir), *variables, image, *train, "--out", f"{OUT}/two"]  # fmt: skip
+        ranks.append(
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=docker_env()
+            )
+        )
+    outputs = [proc.communicate(timeout=300)[0] for proc in ranks]
+    for rank, (proc, output) in enumerate(zip(ranks, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{output[-4000:]}"
+
+    manifest = json.loads((out_dir / "two" / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["distributed"]["world_size"] == 2
+    assert manifest["run_info"]["source"] == "slurm"
+    assert any(m["kind"] == "eval" for m in read_metrics(out_dir / "two"))
+    assert_close(train_losses(out_dir / "two"), reference, REL, "2 containers vs 1")
+
+
+def test_doctor_inside_the_container(image: str) -> None:
+    proc = docker_run(image, ["ddpimg", "doctor", "--site", "local"], options=READ_ONLY)
+    assert proc.returncode == 0
+    assert "all-reduce" in (proc.stdout + proc.stderr).lower()
+
+
+# A login shell with modules loaded and a conda environment active, as it reaches the
+# container under Apptainer (which passes the host environment through).
+POLLUTED = {
+    "PYTHONPATH": "/host/python",
+    "PYTHONHOME": "/host/python-home",
+    "PYTHONSTARTUP": "/host/python/startup.py",
+    "LD_LIBRARY_PATH": "/host/lib:/usr/local/nvidia/lib64",
+    "LD_PRELOAD": "",
+    "CONDA_PREFIX": "/opt/conda/envs/torch",
+    "CONDA_DEFAULT_ENV": "torch",
+    "CONDA_SHLVL": "2",
+    "CONDA_EXE": "/opt/conda/bin/conda",
+    "VIRTUAL_ENV": "/home/user/venv",
+    "LOADEDMODULES": "gcc/12.2:cuda/12.4:python/3.10",
+    "MODULEPATH": "/appl/modules",
+    "_LMFILES_": "/appl/modules/gcc/12.2:/appl/modules/cuda/12.4",
+}
+
+
+@pytest.fixture
+def host_python(tmp_path: Path) -> Path:
+    """A host "site-packages" whose torch cannot be imported, and a startup file that fails."""
+    python = tmp_path / "python"
+    (python / "torch").mkdir(parents=True)
+    (python / "torch" / "__init__.py").write_text("raise ImportError('the host torch leaked in')\n")
+    (python / "startup.py").write_text("raise SystemExit('PYTHONSTARTUP leaked in')\n")
+    (tmp_path / "lib").mkdir()
+    return tmp_path
+
+
+def test_a_polluted_host_environment_still_trains(
+    image: str, out_dir: Path, host_python: Path, build_info: dict[str, Any]
+) -> None:
+    options = [*READ_ONLY, *mounted(out_dir), "--volume", f"{host_python}:/host:ro"]
+    env_json = docker_run(
+        image, ["ddpimg", "env", "--json", "--site", "local"], options=options, env=POLLUTED
+    )
+    removed = set(json.loads(env_json.stdout)["removed"])
+    assert set(POLLUTED) <= removed, removed
+
+    docker_run(
+        image,
+        ["train", "--site", "local", *QUICK_TRAIN, "--out", f"{OUT}/polluted"],
+        options=options,
+        env=POLLUTED,
+    )
+    manifest = json.loads((out_dir / "polluted" / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert len(train_losses(out_dir / "polluted")) == 8
+    # The image's build-info file is recorded in every run's manifest.
+    assert manifest["versions"]["image"] == build_info
