@@ -59,3 +59,12 @@ class Task(Protocol):
     ) -> torch.optim.lr_scheduler.LRScheduler:
         """A learning rate schedule stepped once after every epoch."""
         ...
+
+
+def epoch_decay(
+    optimizer: torch.optim.Optimizer, gamma: float
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """The tutorials' schedule: the learning rate times ``gamma`` after every epoch."""
+    import torch
+
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)

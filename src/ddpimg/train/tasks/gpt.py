@@ -37,6 +37,7 @@ from ddpimg.errors import DataError, DdpimgError
 from ddpimg.train.models.gpt import CONFIGS, Gpt
 from ddpimg.train.options import SYNTHETIC
 from ddpimg.train.seeding import derive_seed
+from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
 
 if TYPE_CHECKING:
@@ -260,9 +261,7 @@ class GptTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return torch.optim.lr_scheduler.StepLR(
-            optimizer, step_size=1, gamma=self.config.lr_decay(1.0)
-        )
+        return epoch_decay(optimizer, self.config.lr_decay(1.0))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         tokens_per_s = samples_per_s * self.seq_len

@@ -13,6 +13,7 @@ from torch import nn
 
 from ddpimg.train.data import load_mnist
 from ddpimg.train.dropout import DropoutContext, GlobalBatchDropout
+from ddpimg.train.tasks.base import epoch_decay
 
 if TYPE_CHECKING:
     from ddpimg.train.options import TrainConfig
@@ -77,8 +78,7 @@ class MnistTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        gamma = self.config.lr_decay(GAMMA)
-        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)
+        return epoch_decay(optimizer, self.config.lr_decay(GAMMA))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}

@@ -34,6 +34,7 @@ from torch import nn
 from ddpimg.errors import DdpimgError
 from ddpimg.train.images import IMAGENET_CLASSES, load_image_folder, synthetic_imagenet
 from ddpimg.train.options import SYNTHETIC
+from ddpimg.train.tasks.base import epoch_decay
 
 if TYPE_CHECKING:
     from ddpimg.train.dropout import DropoutContext
@@ -160,9 +161,7 @@ class ResnetTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return torch.optim.lr_scheduler.StepLR(
-            optimizer, step_size=1, gamma=self.config.lr_decay(1.0)
-        )
+        return epoch_decay(optimizer, self.config.lr_decay(1.0))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {"images_per_s": samples_per_s}

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
 
 if TYPE_CHECKING:
@@ -121,9 +122,7 @@ class ToyTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return torch.optim.lr_scheduler.StepLR(
-            optimizer, step_size=1, gamma=self.config.lr_decay(1.0)
-        )
+        return epoch_decay(optimizer, self.config.lr_decay(1.0))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}
