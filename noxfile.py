@@ -357,7 +357,6 @@ def lock(session: nox.Session) -> None:
         command = [
             "uv", "pip", "compile", "--quiet", str(LOCK_INPUT), "--universal",
             "--python-version", LOCK_PYTHON, "--generate-hashes", "--native-tls",
-            "--index-url", "https://pypi.org/simple",
             "--custom-compile-command", f"nox -s lock -- {name}",
             "--output-file", str(CONTAINERS / "lock" / f"{name}.txt"),
         ]  # fmt: skip

@@ -20,9 +20,25 @@ LOG=$STATE/dockerd.log
 START_TIMEOUT_S=90
 STOP_TIMEOUT_S=60
 SUITE=bookworm
-MIRROR=${DDPIMG_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # ca-certificates: pip over HTTPS; python3-venv: the image's virtual environment.
 BASE_PACKAGES=python3,python3-venv,ca-certificates
+
+# The Debian mirror debootstrap fetches from: DDPIMG_DEBIAN_MIRROR, else the first Debian
+# archive this host's apt already uses (so the base comes from where the host's packages do).
+debian_mirror() {
+    if [[ -n ${DDPIMG_DEBIAN_MIRROR:-} ]]; then
+        echo "$DDPIMG_DEBIAN_MIRROR"
+        return
+    fi
+    local uri
+    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '$1 == "URIs:" && $2 !~ /security/ { print $2; exit }')
+    [[ -z $uri ]] && uri=$(awk '$1 == "deb" && $2 !~ /security/ { print $2; exit }' \
+        /etc/apt/sources.list 2>/dev/null)
+    [[ -n $uri ]] || die "no Debian mirror found in /etc/apt" \
+        "set DDPIMG_DEBIAN_MIRROR to a Debian archive URL"
+    echo "$uri"
+}
 
 die() {
     echo "engine.sh: error: $1" >&2
@@ -109,12 +125,13 @@ base() {
     need_root "debootstrap" "base $tag"
     command -v debootstrap >/dev/null || die "debootstrap is not installed" \
         "bash tests/engines/install.sh (installs debootstrap)"
-    local rootfs
+    local mirror rootfs
+    mirror=$(debian_mirror)
     rootfs=$(mktemp -d "${TMPDIR:-/tmp}/ddpimg-rootfs.XXXXXX")
     # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
     trap "rm -rf '$rootfs'" EXIT
-    echo "engine.sh: debootstrap $SUITE ($BASE_PACKAGES) into $rootfs"
-    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$MIRROR" \
+    echo "engine.sh: debootstrap $SUITE ($BASE_PACKAGES) from $mirror into $rootfs"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$mirror" \
         >"$rootfs.log" 2>&1 || {
         tail -n 20 "$rootfs.log" >&2
         die "debootstrap failed" "read $rootfs.log"
