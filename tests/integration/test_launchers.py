@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ddpimg.train.startup import PHASES
 from tests.integration.runs import (
     QUICK_TRAIN,
     assert_close,
@@ -42,7 +44,16 @@ def check_run(out: Path, reference: list[float], world_size: int, rel: float = R
     assert any(m["kind"] == "eval" for m in read_metrics(out))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed"
+    check_startup(manifest["startup"])
     assert_close(losses, reference, rel, f"{out.name} vs one process")
+
+
+def check_startup(report: dict[str, Any]) -> None:
+    """Rank 0 timed every phase up to its first step, whichever launcher started it."""
+    phases = [report[f"{phase}_s"] for phase in PHASES]
+    assert all(isinstance(s, float) and s >= 0 for s in phases), report
+    assert sum(phases) == pytest.approx(report["total_s"], abs=1e-3)
+    assert set(report["marks"]) == set(PHASES)
 
 
 @pytest.mark.torchrun

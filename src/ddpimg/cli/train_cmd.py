@@ -14,6 +14,7 @@ from ddpimg import exitcodes
 from ddpimg.errors import LauncherError
 from ddpimg.plan import RANK_VARIABLES, LaunchPlan, build_plan, short_hostname
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
+from ddpimg.train import startup
 from ddpimg.train.options import TrainConfig, add_training_arguments
 from ddpimg.train.preemption import PreemptionWatch, forward_to_children, parse_signals
 
@@ -89,10 +90,12 @@ def strip_nproc(argv: Sequence[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    startup.mark("launch")
     env = dict(os.environ)
     plan = build_plan(env, short_hostname(), site=args.site, keep=tuple(args.keep_env))
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
+    startup.mark("plan")
     if args.script is not None and not args.script:
         raise LauncherError("--script needs a FILE", hint="train --script my_ddp.py --lr 0.1")
     if args.nproc_per_node:
@@ -103,9 +106,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
+    import torch  # noqa: F401  (its import time is a startup phase of its own)
+
     from ddpimg import runtime
     from ddpimg.train import run_training
 
+    startup.mark("imports")
     config = TrainConfig.from_namespace(args)
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
@@ -119,6 +125,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             devices_per_rank=config.devices_per_rank,
         )
+        startup.mark("process_group")
         finished = False
         try:
             status = run_training(config, ctx, preemption)

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ddpimg.errors import DataError
+from ddpimg.train import startup
 from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
 from ddpimg.train.dropout import BatchPosition, DropoutContext
@@ -95,6 +96,7 @@ def train(
     device = ctx.device
     configure_reproducibility(config.seed, config.deterministic, device, os.environ)
     train_set, eval_set = task.load(device)
+    startup.mark("data")
     shard = TrainShard(
         len(train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
     )
@@ -115,6 +117,7 @@ def train(
     scheduler = task.make_scheduler(optimizer)
     checkpoints = Checkpointer(config, ctx, strategy, scheduler, recorder)
     start = checkpoints.restore(resume)
+    startup.mark("model")
 
     def autocast() -> contextlib.AbstractContextManager[Any]:
         if config.precision == "bf16":
@@ -127,6 +130,8 @@ def train(
     # ``done``: steps done in ``epoch``; ``epoch_done``: its evaluation too.
     step, epoch, done, epoch_done = start.step, start.epoch, start.index, start.epoch_done
     warm_until = step + config.warmup_steps
+    first_step = step + 1
+    process_started = startup.process_start_time()
     local_sum = torch.zeros((), dtype=torch.float64, device=device)
     # A resumed run that trains no further step reports the checkpoint's last loss.
     logged: tuple[int, float] | None = (step, start.last_loss) if step else None
@@ -169,6 +174,11 @@ def train(
             strategy.step()
             strategy.zero_grad()
             local_sum = losses.detach().double().sum()
+            if step == first_step:
+                _synchronize(device)  # once: the first step's end, not its launch
+                startup.mark("first_step")
+                if recorder is not None:
+                    recorder.startup(startup.startup_report(startup.marks(), process_started))
             if step % config.log_every == 0:
                 logged = (step, _global_mean(local_sum, shard.global_batch))
                 rate = clock.samples_per_s(step * shard.global_batch)

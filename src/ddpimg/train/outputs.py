@@ -230,6 +230,11 @@ class RunRecorder:
         self.metrics.write({"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy})
         self.progress.eval(epoch, loss, accuracy)
 
+    def startup(self, report: Mapping[str, Any]) -> None:
+        """Record where the time to the first step went (manifest.json's ``startup``)."""
+        self.manifest["startup"] = dict(report)
+        write_json_atomic(self.out / MANIFEST, self.manifest)
+
     def sync_metrics(self) -> int:
         """Make metrics.jsonl durable (a checkpoint records its length); its line count."""
         return self.metrics.sync()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,27 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
     other, _, _ = trained_linear(ctx, 5)
     with pytest.raises(DdpimgError, match=rf"checkpoint {tmp_path}/model.pt does not fit this"):
         other.load(tmp_path)
+
+
+def test_none_trains_the_bare_module_and_saves_like_ddp(ctx: DistContext, tmp_path: Path) -> None:
+    model = nn.Linear(3, 2)
+    strategy = STRATEGIES["none"](TrainConfig(), ctx)
+    wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert wrapped is model
+    strategy.backward(wrapped(torch.ones(4, 3)).sum())
+    strategy.step()
+    strategy.save(tmp_path)
+    # A DDP run resumes from it: the same file, the same state dict keys (no "module.").
+    ddp, _, ddp_model = trained_linear(ctx, 3)
+    ddp.load(tmp_path)
+    assert torch.equal(ddp_model.weight, model.weight)
+
+
+def test_none_refuses_several_ranks(ctx: DistContext) -> None:
+    two = dataclasses.replace(ctx, world_size=2, run_info={"source": "slurm"})
+    with pytest.raises(
+        DdpimgError,
+        match=r"--strategy none trains one process alone, but this "
+        r"run has 2 ranks \(from slurm\)",
+    ):
+        STRATEGIES["none"](TrainConfig(), two)
