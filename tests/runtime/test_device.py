@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import LauncherError
-from ddpimg.runtime.device import choose_cuda_index
+from ddpimg.runtime.device import choose_cuda_index, cpu_threads
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,22 @@ def test_gpus_per_node_must_be_tasks_times_gpus_per_replica(
         r"replica",
     ):
         choose_cuda_index(visible, 0, local_world_size, devices_per_rank=2)
+
+
+@pytest.mark.parametrize(
+    ("affinity", "node_cpus", "local_world_size", "env", "expected"),
+    [
+        (2, 2, 1, {}, 2),  # one process owns the node
+        (2, 2, 2, {}, 1),  # two local workers share it: one thread each, not two
+        (64, 64, 8, {}, 8),
+        (6, 64, 3, {}, 6),  # srun --cpus-per-task=6: the 6 bound CPUs are all its own
+        (1, 2, 2, {}, 1),  # mpirun --bind-to core
+        (2, 2, 4, {}, 1),  # more ranks than CPUs: at least one
+        (2, 2, 2, {"OMP_NUM_THREADS": "2"}, None),  # the user's choice stands
+        (2, 2, 2, {"OMP_NUM_THREADS": ""}, 1),
+    ],
+)
+def test_cpu_threads(
+    affinity: int, node_cpus: int, local_world_size: int, env: dict[str, str], expected: int | None
+) -> None:
+    assert cpu_threads(affinity, node_cpus, local_world_size, env) == expected

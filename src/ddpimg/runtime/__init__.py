@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.plan import LaunchPlan, short_hostname
 from ddpimg.runtime.context import DistContext
-from ddpimg.runtime.device import bind_device, default_backend
+from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
@@ -107,6 +107,8 @@ def initialize(
         "backend": chosen,
         "device": str(device),
     }
+    if device.type == "cpu":
+        run_info["cpu_threads"] = bind_cpu_threads(topo.local_world_size)
     return DistContext(
         rank=topo.rank,
         world_size=topo.world_size,
