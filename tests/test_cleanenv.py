@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 import pytest
 
-from ddpimg.cleanenv import clean_environment, parse_keep_list
+from ddpimg.cleanenv import clean_environment, matches_pattern, parse_keep_list
 
 HOST = {
     "LOADEDMODULES": "gcc/12:cuda/11.8",
@@ -80,3 +82,17 @@ def test_launcher_variables_are_kept_even_when_a_profile_pattern_matches_them() 
 )
 def test_parse_keep_list(value: str, expected: tuple[str, ...]) -> None:
     assert parse_keep_list(value) == expected
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["LMOD_CMD", "LMOD_*", "*_VISIBLE_DEVICES", "MODULE_*_PATH", "*", "**", "A*B*C", "LMOD_?MD",
+     "[LM]MOD_CMD", "X*", "*X", ""],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["LMOD_CMD", "LMOD_", "LMOD", "lmod_cmd", "CUDA_VISIBLE_DEVICES", "_VISIBLE_DEVICES",
+     "MODULE_PATH", "MODULE__PATH", "MODULE_X_PATH", "ABC", "AXBXC", "AC", "A\nB", "X", ""],
+)  # fmt: skip
+def test_matches_pattern_agrees_with_fnmatchcase(pattern: str, name: str) -> None:
+    assert matches_pattern(name, pattern) == fnmatchcase(name, pattern)

@@ -86,8 +86,27 @@ class CleanEnvironment:
         return cleaned
 
 
+def matches_pattern(name: str, pattern: str) -> bool:
+    """``fnmatchcase(name, pattern)``, without a regular expression for the usual patterns.
+
+    fnmatch compiles one expression per pattern, and compiling the thirty-odd patterns above
+    cost more than the rest of ``ddpimg env``. A plain name, a prefix (``LMOD_*``), a suffix
+    (``*_VISIBLE_DEVICES``) or one ``*`` inside are compared as strings; a pattern with ``?``,
+    ``[`` or several ``*`` goes to fnmatchcase.
+    """
+    if "?" in pattern or "[" in pattern:
+        return fnmatchcase(name, pattern)
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return name == pattern
+    if len(parts) == 2:
+        head, tail = parts
+        return len(name) >= len(head) + len(tail) and name.startswith(head) and name.endswith(tail)
+    return fnmatchcase(name, pattern)
+
+
 def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatchcase(name, pattern) for pattern in patterns)
+    return any(matches_pattern(name, pattern) for pattern in patterns)
 
 
 def _runtime_library_path(value: str) -> str:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from ddpimg.cli import build_parser, env_cmd
+
 BASE = {
     k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI", "DDPIMG_"))
 }
@@ -79,3 +81,43 @@ def test_explain_says_how_master_was_chosen() -> None:
     proc = ddpimg("env", "--explain", "--site", "local")
     assert proc.returncode == 0, proc.stderr
     assert "MASTER_ADDR=127.0.0.1" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--json"],
+        ["--json", "--json", "--explain"],
+        ["--site", "puhti", "--json"],
+        ["--site=puhti", "--site", "della"],
+        ["--site=a=b"],
+        ["--site", "./mine.toml", "--keep-env", "FOO_*", "--keep-env=BAR"],
+    ],
+)
+def test_plain_arguments_parse_as_argparse_parses_them(argv: list[str]) -> None:
+    plain = env_cmd.parse_plain(argv)
+    assert plain is not None
+    assert vars(plain) == vars(build_parser("env").parse_args(["env", *argv]))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-h"],
+        ["--help"],
+        ["--js"],  # an abbreviation: argparse refuses it (allow_abbrev=False)
+        ["--json=1"],
+        ["--bogus"],
+        ["extra"],
+        ["--", "--json"],
+        ["--site"],
+        ["--site", "--json"],
+        ["--site", ""],
+        ["--site="],
+        ["--site=-x"],
+        ["--keep-env", "-x"],
+    ],
+)
+def test_other_arguments_are_left_to_argparse(argv: list[str]) -> None:
+    assert env_cmd.parse_plain(argv) is None

@@ -3,16 +3,20 @@
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
 every job start on every rank, so it must not pay for the trainer's or the plotter's imports,
-and it never imports torch.
+and it never imports torch. For the same reason ``ddpimg env`` parses its plain argument lists
+without argparse (``env_cmd.parse_plain``), whose own start-up costs more than the rest of
+``ddpimg env``; argparse parses everything else and reports every usage error.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    import argparse
 
 from ddpimg import __version__, exitcodes
 from ddpimg.errors import DdpimgError, RendezvousError
@@ -46,6 +50,8 @@ def command_module(name: str) -> CommandModule:
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s options are added (all of them when None), so that
     running one command does not import the others."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="ddpimg",
         description="Resolve ranks and the site, then train the same way on any cluster.",
@@ -62,6 +68,17 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
+    """``args`` parsed; ``selected`` is the command named first, if any."""
+    if selected == "env":
+        from ddpimg.cli import env_cmd
+
+        plain = env_cmd.parse_plain(args[1:])
+        if plain is not None:
+            return plain
+    return build_parser(selected).parse_args(args)
+
+
 def report_error(err: DdpimgError) -> int:
     print(f"ddpimg: error: {err}", file=sys.stderr, flush=True)
     return exitcodes.RENDEZVOUS_FAILED if isinstance(err, RendezvousError) else exitcodes.USAGE
@@ -70,7 +87,7 @@ def report_error(err: DdpimgError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     selected = args[0] if args and args[0] in COMMANDS else None
-    namespace = build_parser(selected).parse_args(args)
+    namespace = parse_args(selected, args)
     try:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:

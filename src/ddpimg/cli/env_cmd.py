@@ -2,24 +2,80 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 from ddpimg.plan import build_plan, short_hostname
 
+if TYPE_CHECKING:
+    import argparse
+
+# Every option, written once for argparse (add_arguments) and for parse_plain:
+# option -> (metavar, None for an on/off flag; repeatable; help).
+OPTIONS: dict[str, tuple[str | None, bool, str]] = {
+    "--json": (None, False, "print one JSON object"),
+    "--site": ("NAME|PATH", False, "site profile (default: auto)"),
+    "--explain": (None, False, "say how each value was decided"),
+    "--keep-env": (
+        "PATTERN",
+        True,
+        "host variable (fnmatch pattern) to keep in the training environment",
+    ),
+}
+
+
+def _dest(option: str) -> str:
+    """The attribute an option sets, named the way argparse names it."""
+    return option.removeprefix("--").replace("-", "_")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--site", metavar="NAME|PATH", help="site profile (default: auto)")
-    parser.add_argument("--explain", action="store_true", help="say how each value was decided")
-    parser.add_argument(
-        "--keep-env",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="host variable (fnmatch pattern) to keep in the training environment",
-    )
+    for option, (metavar, repeatable, help_text) in OPTIONS.items():
+        if metavar is None:
+            parser.add_argument(option, action="store_true", help=help_text)
+        elif repeatable:
+            parser.add_argument(
+                option, action="append", default=[], metavar=metavar, help=help_text
+            )
+        else:
+            parser.add_argument(option, metavar=metavar, help=help_text)
+
+
+def parse_plain(argv: list[str]) -> argparse.Namespace | None:
+    """``argv`` (what follows ``env``) parsed without argparse, or None.
+
+    Every rank of a job runs ``ddpimg env`` at start-up, and building argparse's parsers costs
+    more than resolving the environment. Only the forms where argparse gives the same result
+    are taken here: known options spelt in full, ``--opt VALUE`` and ``--opt=VALUE`` with a
+    value that is not empty and does not start with '-'. Anything else (help, an unknown or
+    abbreviated option, a missing or odd value) gives None, and argparse parses it or reports
+    the usage error.
+    """
+    values: dict[str, Any] = {"command": "env"}
+    for option, (metavar, repeatable, _) in OPTIONS.items():
+        values[_dest(option)] = [] if repeatable else None if metavar else False
+    items = iter(argv)
+    for item in items:
+        option, equals, value = item.partition("=")
+        if option not in OPTIONS:
+            return None
+        metavar, repeatable, _ = OPTIONS[option]
+        if metavar is None:
+            if equals:
+                return None
+            values[_dest(option)] = True
+            continue
+        if not equals:
+            value = next(items, "")
+        if not value or value.startswith("-"):
+            return None
+        if repeatable:
+            values[_dest(option)].append(value)
+        else:
+            values[_dest(option)] = value
+    # argparse.Namespace is a plain attribute holder too; importing argparse is what costs.
+    return cast("argparse.Namespace", SimpleNamespace(**values))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -28,6 +84,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.explain:
         data["explain"] = list(plan.notes)
     if args.json:
+        import json
+
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
     width = max(len(k) for k in data)

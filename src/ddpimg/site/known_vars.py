@@ -16,8 +16,6 @@ Gloo reads
 
 from __future__ import annotations
 
-import difflib
-
 CHECKED_PREFIXES = ("NCCL_", "GLOO_")
 
 NCCL_VARIABLES = frozenset(
@@ -161,5 +159,7 @@ def is_unknown(name: str) -> bool:
 
 def closest_known(name: str) -> str | None:
     """The known variable most like ``name``, or None when none is close."""
+    import difflib  # only for a profile that exports an unknown name
+
     matches = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1, cutoff=0.6)
     return matches[0] if matches else None

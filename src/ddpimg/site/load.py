@@ -9,12 +9,9 @@ that is not a known name only warns (:class:`ProfileWarning`).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +25,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+# difflib, json and warnings serve only to report a problem, so they are imported where one is
+# found: ddpimg env, which every rank runs at start-up, does not pay for them.
+
 SCHEMA_HINT = "see site-profiles/README.md for every key, its type and an example"
-_TOML_POSITION = re.compile(r"line (\d+), column (\d+)")
+# A string, not a compiled expression: only a malformed file needs it.
+_TOML_POSITION = r"line (\d+), column (\d+)"
 _TOML_TYPE_NAMES = {
     bool: "boolean",
     int: "integer",
@@ -59,7 +60,7 @@ def load_profile(path: str | Path) -> SiteProfile:
     except UnicodeDecodeError as err:
         raise ProfileError(f"{path}: not UTF-8 text ({err})", hint="save it as UTF-8") from err
     except tomllib.TOMLDecodeError as err:
-        position = _TOML_POSITION.search(str(err))
+        position = re.search(_TOML_POSITION, str(err))
         where = f"line {position[1]}, column {position[2]}" if position else "the reported place"
         raise ProfileError(
             f"{path}: not valid TOML: {err}", hint=f"fix the TOML syntax at {where}"
@@ -143,6 +144,8 @@ def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile
 def _warn_unknown_exports(path: Path, profile: SiteProfile) -> None:
     for name, _ in profile.exports:
         if known_vars.is_unknown(name):
+            import warnings
+
             closest = known_vars.closest_known(name)
             suggestion = f"; did you mean '{closest}'?" if closest else ""
             warnings.warn(
@@ -154,6 +157,8 @@ def _warn_unknown_exports(path: Path, profile: SiteProfile) -> None:
 
 
 def _unknown_top_level(path: Path, top: str, value: object) -> ProfileError:
+    import difflib
+
     if isinstance(value, dict):
         closest = difflib.get_close_matches(top, SECTIONS, n=1)
         suggestion = f"did you mean [{closest[0]}]? " if closest else ""
@@ -172,6 +177,8 @@ def _unknown_top_level(path: Path, top: str, value: object) -> ProfileError:
 
 
 def _unknown_key(path: Path, section: str, dotted: str) -> ProfileError:
+    import difflib
+
     known = section_keys(section)
     key = dotted.partition(".")[2]
     closest = difflib.get_close_matches(key, known, n=1)
@@ -198,8 +205,12 @@ def _type_name(value: object) -> str:
 
 def _show(value: object) -> str:
     """The value much as it was written in TOML."""
+    import json
+
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
 def _choices(choices: tuple[str, ...]) -> str:
+    import json
+
     return ", ".join(json.dumps(choice) for choice in choices)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpimg.site.master import check_master_template
 
@@ -46,8 +45,9 @@ def _to_sorted_items(value: Any) -> Any:
     return tuple(sorted(value.items()))
 
 
-@dataclass(frozen=True)
-class Kind:
+# Kind and Key are NamedTuples rather than frozen dataclasses: they are constants, and every
+# dataclass costs ddpimg env's start-up about a millisecond to create.
+class Kind(NamedTuple):
     """A value type: its name in messages, how it is recognised, how it is stored.
 
     ``entry`` is set for tables of free-form names; each entry is checked against it so an
@@ -115,8 +115,7 @@ def _at_least(minimum: int) -> Callable[[int], str | None]:
     return check
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     """One schema entry. ``target`` is the SiteProfile field it fills: ``name``,
     ``match.<field>`` (MatchRule) or ``job.<field>`` (JobDefaults). ``check`` returns why a
     well-typed value is still invalid, or None."""

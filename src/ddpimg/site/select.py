@@ -19,13 +19,12 @@ profile files.
 from __future__ import annotations
 
 import sys
-import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 import ddpimg
+from ddpimg.cleanenv import matches_pattern
 from ddpimg.errors import ProfileError
 from ddpimg.site.load import load_profile
 from ddpimg.site.model import SiteProfile
@@ -61,6 +60,8 @@ def shipped_profile_dir() -> Path | None:
         candidate = parent / SHIPPED_DIR_NAME
         if (candidate / f"{DEFAULT_PROFILE}.toml").is_file():
             return candidate
+    import sysconfig  # only an installed ddpimg gets here
+
     for prefix in dict.fromkeys((sys.prefix, sysconfig.get_path("data"))):
         candidate = Path(prefix) / INSTALLED_SUBDIR
         if candidate.is_dir():
@@ -104,13 +105,13 @@ def match_reason(profile: SiteProfile, env: Mapping[str, str], hostname: str) ->
     short = hostname.split(".", 1)[0].lower()
     for pattern in profile.match.hostnames:
         # Host names are case-insensitive; profile patterns may be written either way.
-        if short and fnmatchcase(short, pattern.lower()):
+        if short and matches_pattern(short, pattern.lower()):
             return f"auto: hostname '{short}' matched '{pattern}'"
     cluster = env.get("SLURM_CLUSTER_NAME", "")
     if cluster and cluster in profile.match.slurm_cluster_names:
         return f"auto: SLURM_CLUSTER_NAME '{cluster}' matched"
     for name, pattern in profile.match.env:
-        if name in env and fnmatchcase(env[name], pattern):
+        if name in env and matches_pattern(env[name], pattern):
             return f"auto: {name} '{env[name]}' matched '{pattern}'"
     return None
 

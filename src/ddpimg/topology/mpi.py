@@ -47,7 +47,7 @@ An exported MASTER_ADDR / MASTER_PORT wins in both cases.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import batch_job_id, read_int, read_master, read_optional_int
@@ -56,8 +56,9 @@ from ddpimg.topology.model import Env, Topology
 from ddpimg.topology.slurm import in_slurm_step, resolve_step, step_rank_and_size
 
 
-@dataclass(frozen=True)
-class MpiLayout:
+# The two tables are NamedTuples rather than frozen dataclasses: they are constants read once,
+# and every dataclass costs ddpimg env's start-up about a millisecond to create.
+class MpiLayout(NamedTuple):
     """The variables that place a rank: world size, rank on its node, ranks on its node."""
 
     world_size: str
@@ -65,8 +66,7 @@ class MpiLayout:
     local_world_size: str
 
 
-@dataclass(frozen=True)
-class MpiVariables:
+class MpiVariables(NamedTuple):
     """The variables one MPI launcher sets for each rank."""
 
     rank: str
