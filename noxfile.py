@@ -4,7 +4,7 @@
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
-    nox -s bench               benchmarks: ddpimg vs plain PyTorch loops, scale by simulation
+    nox -s bench               benchmarks: vs plain PyTorch loops, overheads, scale, the image
     nox -s tests -- -k slurm   arguments after ``--`` go to pytest (or to ``train`` for demo)
 
 What gets installed is written once, in ``requirements/train.txt`` (the training stack) and
@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -100,9 +102,25 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmark against plain PyTorch loops and at simulated scale (docs/performance.md)."""
+    """Benchmarks (docs/performance.md): -- [benchmarks/bench.py options] [--image-reuse]."""
     _install(session)
-    session.run("python", "benchmarks/bench.py", *session.posargs)
+    args = list(session.posargs)
+    reuse = "--image-reuse" in args
+    if reuse:
+        args.remove("--image-reuse")
+    parts = argparse.ArgumentParser(add_help=False)
+    parts.add_argument("--parts", default="image")
+    if "image" not in parts.parse_known_args(args)[0].parts.split(","):
+        session.run("python", "benchmarks/bench.py", *args)
+        return
+    with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as tmp:
+        builds = Path(tmp) / "builds.json"
+        started_engine = _bench_images(session, builds, rebuild=not reuse)
+        try:
+            session.run("python", "benchmarks/bench.py", "--image-builds", str(builds), *args)
+        finally:
+            if started_engine:
+                _engine(session, "stop")
 
 
 # ---- The image: containers/ (docs/containers.md) -------------------------------------------
@@ -149,6 +167,34 @@ class ImageBuild:
 # CI's image: the CPU flavour on the local base, torch from PyPI (the CPU index is out of
 # reach), mpi4py's wheel (compiling it would take a quarter of CI's time for the smoke part).
 SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
+
+# The images the bench part times: what `nox -s image -- FLAVOUR --local --torch pypi` makes
+# (the CPU index, the CPU flavour's default, is out of reach from here).
+BENCH_BUILDS = [
+    ImageBuild(flavour, f"ddpimg:{flavour}", "pypi", local=True) for flavour in ("cpu", "gpu")
+]
+
+
+def _bench_images(session: nox.Session, record: Path, rebuild: bool) -> bool:
+    """Build BENCH_BUILDS without cache (``rebuild``) and write their times and sizes to
+    ``record`` for benchmarks/parts/image.py; True when this started dockerd."""
+    if not _engine_answers() and os.geteuid() != 0:
+        record.write_text(json.dumps({"skipped": "no Docker engine, and starting one needs root"}))
+        return False
+    if os.geteuid() == 0:
+        session.run("bash", "tests/engines/install.sh", external=True)
+    ours = not _engine_answers()
+    if ours:
+        _engine(session, "start")
+    results: dict[str, Any] = {}
+    for build in BENCH_BUILDS:
+        if rebuild:
+            elapsed, size = _build_image(session, dataclasses.replace(build, no_cache=True))
+            results[build.flavour] = {"tag": build.tag, "build_s": elapsed, "bytes": size}
+        else:
+            results[build.flavour] = {"tag": build.tag, "build_s": None}
+    record.write_text(json.dumps(results))
+    return ours
 
 
 def _image_options(posargs: Sequence[str]) -> ImageBuild:
@@ -286,8 +332,8 @@ def _image_size(tag: str) -> int:
     return int(out.stdout.strip())
 
 
-def _build_image(session: nox.Session, build: ImageBuild) -> None:
-    """`docker build` containers/Dockerfile for ``build``; logs the time taken and the size."""
+def _build_image(session: nox.Session, build: ImageBuild) -> tuple[float, int]:
+    """`docker build` containers/Dockerfile for ``build``; the time taken and the size."""
     lock_file = CONTAINERS / "lock" / f"{build.torch}.txt"
     if not lock_file.is_file():
         session.error(
@@ -332,6 +378,7 @@ def _build_image(session: nox.Session, build: ImageBuild) -> None:
     session.run("docker", "image", "prune", "--force", external=True, silent=True)
     size = _image_size(build.tag)
     session.log(f"built {build.tag} in {elapsed:.0f} s: {size / 1e9:.2f} GB ({size} bytes)")
+    return elapsed, size
 
 
 def _unreachable(url: str) -> str | None:

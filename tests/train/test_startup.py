@@ -11,9 +11,9 @@ from ddpimg.train.startup import PHASES, process_start_time, startup_report
 
 
 def test_report_gives_each_phase_the_time_since_the_previous_mark() -> None:
-    marks = dict(zip(PHASES, (10.5, 10.75, 12.0, 12.5, 13.0, 14.0, 14.25), strict=True))
+    marks = dict(zip(PHASES, (10.5, 10.75, 12.0, 12.5, 12.75, 13.0, 14.0, 14.25), strict=True))
     report = startup_report(marks, started=10.0)
-    assert [report[f"{p}_s"] for p in PHASES] == [0.5, 0.25, 1.25, 0.5, 0.5, 1.0, 0.25]
+    assert [report[f"{p}_s"] for p in PHASES] == [0.5, 0.25, 1.25, 0.5, 0.25, 0.25, 1.0, 0.25]
     assert report["total_s"] == 4.25
     assert report["marks"] == marks
 

@@ -29,6 +29,7 @@ def run_training(
     recorded the failure and its exit status in manifest.json.
     """
     from ddpimg import exitcodes
+    from ddpimg.train import startup
     from ddpimg.train.checkpoint import resolve_resume
     from ddpimg.train.loop import train
     from ddpimg.train.outputs import RunRecorder
@@ -44,6 +45,7 @@ def run_training(
     recorder = (
         RunRecorder.start(config, ctx, os.environ, sys.stderr, resume) if ctx.is_main else None
     )
+    startup.mark("setup")
     try:
         summary = train(config, ctx, task, strategy, recorder, resume=resume, preemption=preemption)
     except Preempted as stop:

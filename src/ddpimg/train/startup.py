@@ -9,9 +9,11 @@ The phases: ``launch`` (interpreter start, ddpimg's imports, argument parsing; m
 from the process's start time, which Linux records in 10 ms ticks), ``plan`` (topology and
 site resolution, the module-free environment), ``imports`` (torch and the trainer),
 ``process_group`` (``init_process_group``, the rendezvous join check, device binding),
-``data`` (the data set loaded or made), ``model`` (model built on the device, wrapped by the
-strategy: DDP's broadcast from rank 0, DeepSpeed's initialisation, FSDP's sharding, and a
-checkpoint restored), ``first_step`` (the first optimizer step, the device synchronised).
+``setup`` (the strategy's imports, e.g. DeepSpeed; the checkpoint to resume from; rank 0's
+output directory and manifest), ``data`` (the data set loaded or made), ``model`` (model
+built on the device, wrapped by the strategy: DDP's broadcast from rank 0, DeepSpeed's
+initialisation, FSDP's sharding; a checkpoint restored), ``first_step`` (the first
+optimizer step, the device synchronised).
 Stdlib only: ``train`` imports this before torch.
 """
 
@@ -22,7 +24,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-PHASES = ("launch", "plan", "imports", "process_group", "data", "model", "first_step")
+PHASES = (
+    "launch", "plan", "imports", "process_group", "setup", "data", "model", "first_step",
+)  # fmt: skip
 
 _marks: dict[str, float] = {}
 

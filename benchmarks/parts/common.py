@@ -1,0 +1,103 @@
+"""What the benchmark parts share: the table row, the interpreter, medians, a free port, and
+a ddpimg ``train`` run that returns its metrics and manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+HERE = Path(__file__).resolve().parent.parent
+REFERENCE = HERE / "reference"
+PYTHON = sys.executable
+
+Row = tuple[str, str, str]  # what, result, target / note
+T = TypeVar("T")
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def log(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One finished ``train``: its metrics lines, manifest, and times seen from outside."""
+
+    metrics: list[dict[str, Any]]
+    manifest: dict[str, Any]
+    spawned: float  # time.time() just before the process was started
+    wall_s: float
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return next(line for line in self.metrics if line["kind"] == "summary")
+
+    @property
+    def steady_steps_per_s(self) -> float:
+        summary = self.summary
+        return float(summary["steady_samples_per_s"]) / float(summary["global_batch_size"])
+
+    def loss_at(self, step: int) -> float:
+        line = next(m for m in self.metrics if m["kind"] == "train" and m["step"] == step)
+        return float(line["loss"])
+
+
+def run_train(arguments: Sequence[str], *, steps: int, warmup: int) -> TrainRun:
+    """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (one epoch at most, no
+    resume, logged at the last step only) in a fresh output directory."""
+    with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
+        command = [
+            PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", "1",
+            "--max-steps", str(steps), "--warmup-steps", str(warmup),
+            "--log-every", str(steps), "--out", out, "--resume", "none",
+        ]  # fmt: skip
+        # A port of its own, so that a run still closing its sockets does not collide.
+        env = dict(os.environ, MASTER_PORT=str(free_port()))
+        spawned = time.time()
+        began = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        wall = time.perf_counter() - began
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+            )
+        metrics = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
+        manifest = json.loads(Path(out, "manifest.json").read_text())
+    return TrainRun(metrics, manifest, spawned, wall)
+
+
+def interleaved(
+    runners: Mapping[str, Callable[[], T]], repeats: int, label: str, seed: int = 0
+) -> list[dict[str, T]]:
+    """Each repeat runs every runner once, in an order shuffled per repeat (seeded, so a
+    rerun uses the same orders). A fixed alternation can fall in step with a periodic load on
+    a shared machine and put one side in its slow phase every time; a shuffled order cannot."""
+    rng = random.Random(seed)
+    rounds: list[dict[str, T]] = []
+    for repeat in range(repeats):
+        order = list(runners)
+        rng.shuffle(order)
+        results = {name: runners[name]() for name in order}
+        rounds.append(results)
+        log(f"{label} round {repeat + 1}/{repeats} ({' then '.join(order)}): {results}")
+    return rounds
