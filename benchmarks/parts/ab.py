@@ -23,22 +23,24 @@ from parts.common import PYTHON, REFERENCE, Row, free_port, interleaved, run_tra
 # Per model: ddpimg's train arguments and the reference script; both get the same batch,
 # step count, warm-up and sample counts.
 AB_MODELS: dict[str, dict[str, Any]] = {
+    # Steps are chosen so that the measured part (after warm-up) lasts several seconds on
+    # an idle 2-core machine: shorter windows are dominated by scheduling noise.
     "mnist": {
         "train": ["mnist"],
         "script": "mnist_ddp.py",
         "batch": 64,
-        "steps": 30,
-        "warmup": 5,
-        "train_samples": 6400,
+        "steps": 200,
+        "warmup": 20,
+        "train_samples": 12800,
         "eval_samples": 1000,
     },
     "gpt-tiny": {
         "train": ["gpt", "--size", "tiny"],
         "script": "gpt_ddp.py",
         "batch": 32,
-        "steps": 60,
-        "warmup": 10,
-        "train_samples": 4000,
+        "steps": 300,
+        "warmup": 30,
+        "train_samples": 9600,
         "eval_samples": 500,
     },
     "resnet18-64px": {
@@ -46,8 +48,8 @@ AB_MODELS: dict[str, dict[str, Any]] = {
         "script": "resnet_ddp.py",
         "reference_args": ["--arch", "resnet18", "--image-size", "64"],
         "batch": 16,
-        "steps": 12,
-        "warmup": 3,
+        "steps": 40,
+        "warmup": 5,
         "train_samples": 640,
         "eval_samples": 256,
     },

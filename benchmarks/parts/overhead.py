@@ -1,7 +1,10 @@
-"""What distribution costs, measured with ddpimg's own trainers (steps/s after warm-up):
+"""What distribution costs (steps/s after warm-up):
 
-* DDP on one rank against the bare model (``--strategy none``): DDP's hooks, bucketing and
-  the all-reduce of a world of one.
+* torch's DDP on one rank against the bare model, for the MNIST CNN, GPT-tiny and
+  ResNet-18 at 64 px: DDP's hooks, bucketing and the all-reduce of a world of one, as the
+  tutorials wrap it and with ``gradient_as_bucket_view``
+  (benchmarks/ddp_one_rank.py, each variant in a process of its own). ddpimg trains the
+  bare model when there is one rank, and uses bucket views on GPUs only, because of these.
 * Two local ranks against one at the same per-rank batch (weak scaling over gloo):
   efficiency = samples/s of 2 ranks / (2 x samples/s of 1 rank). On a machine with as
   many cores as ranks, one rank alone already uses every core (intra-op threads), so the
@@ -9,26 +12,31 @@
   cores cost together.
 * DeepSpeed ZeRO 0/1/2/3 and FSDP against DDP: two local ranks, the same global batch.
 
-Every comparison runs in rounds, each configuration once per round in a shuffled order;
-ratios are taken within a round.
+The weak-scaling and strategy rows run ddpimg's own ``train``. Every comparison runs in
+rounds, each configuration once per round in a shuffled order; ratios are taken within a
+round.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import statistics
+import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from parts.common import Row, interleaved, run_train, spread
+from parts.common import HERE, PYTHON, Row, interleaved, run_train, spread
 
 MODELS: dict[str, dict[str, Any]] = {
-    "mnist": {"train": ["mnist"], "batch": 64, "steps": 30, "warmup": 5, "samples": 6400},
+    # Long enough for several seconds of measured steps; samples for 2 ranks x steps.
+    "mnist": {"train": ["mnist"], "batch": 64, "steps": 150, "warmup": 20, "samples": 19200},
     "gpt-tiny": {
         "train": ["gpt", "--size", "tiny"],
         "batch": 32,
-        "steps": 40,
-        "warmup": 10,
-        "samples": 4000,
+        "steps": 200,
+        "warmup": 20,
+        "samples": 12800,
     },
 }
 STRATEGIES: dict[str, list[str]] = {
@@ -65,29 +73,55 @@ def _ratio_row(what: str, rounds: list[dict[str, float]], a: str, b: str, target
     )
 
 
+# model -> steps per block of benchmarks/ddp_one_rank.py (a block lasts 1-3 s here)
+ONE_RANK_STEPS = {"mnist": 30, "gpt-tiny": 60, "resnet18-64px": 15}
+ONE_RANK_VARIANTS = ("bare", "ddp", "ddp-bucket-view")
+HOW = {"ddp": "as tutorials wrap it", "ddp-bucket-view": "with gradient_as_bucket_view"}
+
+
+def _one_rank(model: str, variant: str) -> float:
+    """Median steps/s of three blocks of one variant, in a process of its own."""
+    command = [
+        PYTHON, str(HERE / "ddp_one_rank.py"), model, "--variants", variant,
+        "--blocks", "3", "--steps", str(ONE_RANK_STEPS[model]),
+    ]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, check=True)
+    rates: dict[str, list[float]] = json.loads(proc.stdout.splitlines()[-1])["steps_per_s"]
+    return statistics.median(rates[variant])
+
+
+def _ddp_one_rank(repeats: int) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    record: dict[str, Any] = {}
+    for model in ONE_RANK_STEPS:
+        rounds = interleaved(
+            {v: functools.partial(_one_rank, model, v) for v in ONE_RANK_VARIANTS},
+            repeats,
+            f"{model} DDP on one rank",
+        )
+        record[model] = rounds
+        bare = spread([r["bare"] for r in rounds])["median"]
+        for variant, how in HOW.items():
+            rows.append(
+                _ratio_row(
+                    f"{model}: torch DDP on 1 rank ({how}) / bare model, steps/s "
+                    f"({repeats} rounds; bare {bare:.1f} steps/s)",
+                    rounds,
+                    variant,
+                    "bare",
+                    "",
+                )
+            )
+    return rows, record
+
+
 def run(repeats: int) -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     record: dict[str, Any] = {}
+    one_rank_rows, record["ddp_one_rank"] = _ddp_one_rank(repeats)
+    rows += one_rank_rows
     for model, spec in MODELS.items():
         per_rank = ("--batch-size", spec["batch"])
-        ddp_vs_none = interleaved(
-            {
-                "ddp": functools.partial(_samples_per_s, model, STRATEGIES["ddp"], per_rank),
-                "none": functools.partial(_samples_per_s, model, ["--strategy", "none"], per_rank),
-            },
-            repeats,
-            f"{model} ddp vs none",
-        )
-        rows.append(
-            _ratio_row(
-                f"{model}: DDP on 1 rank / bare model (`--strategy none`), steps/s "
-                f"({repeats} rounds)",
-                ddp_vs_none,
-                "ddp",
-                "none",
-                "~1.0x (no overhead)",
-            )
-        )
         scaling = interleaved(
             {
                 "1 rank": functools.partial(_samples_per_s, model, [], per_rank),
@@ -110,7 +144,7 @@ def run(repeats: int) -> tuple[list[Row], dict[str, Any]]:
                 "",
             )
         )
-        record[model] = {"ddp_vs_none": ddp_vs_none, "weak_scaling": scaling}
+        record[model] = {"weak_scaling": scaling}
 
     spec = MODELS[STRATEGY_MODEL]
     global_batch = ("--global-batch-size", 2 * spec["batch"])

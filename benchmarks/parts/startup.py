@@ -39,7 +39,7 @@ PHASES: list[tuple[str, str]] = [
     ("init_process_group", "process_group"),
     ("strategy imports + run directory", "setup"),
     ("data", "data"),
-    ("model + wrap (DDP broadcast)", "model"),
+    ("model + wrap (DDP broadcast / deepspeed.initialize)", "model"),
     ("first step", "first_step"),
 ]
 
@@ -68,7 +68,8 @@ def run(repeats: int) -> tuple[list[Row], dict[str, Any]]:
         rows.append(
             (
                 f"time to first step, {case} (median of {repeats}, seconds)",
-                f"**{median['total']:.2f} s** = {parts}",
+                f"**{median['total']:.2f} s** (min {min(r['total'] for r in runs):.2f}, max "
+                f"{max(r['total'] for r in runs):.2f}) = {parts}",
                 "",
             )
         )

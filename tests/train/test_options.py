@@ -127,7 +127,7 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
         ({"trainer": "gpt2"}, r"trainer must be one of gpt, mnist, resnet, toy, got 'gpt2'"),
         (
             {"strategy": "horovod"},
-            r"--strategy must be one of ddp, deepspeed, fsdp, none, got 'horovod'",
+            r"--strategy must be one of ddp, deepspeed, fsdp, got 'horovod'",
         ),
         ({"precision": "fp16"}, r"--precision must be one of auto, fp32, bf16, got 'fp16'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),

@@ -55,8 +55,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         default="ddp",
         choices=sorted(STRATEGIES),
-        help="how gradients are shared between ranks; none: one process, the bare model "
-        "(default: %(default)s)",
+        help="how gradients are shared between ranks (default: %(default)s)",
     )
     parser.add_argument(
         "--epochs", type=int, default=14, help="passes over the training set (default: %(default)s)"

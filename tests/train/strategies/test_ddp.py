@@ -15,10 +15,17 @@ from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.base import Strategy
 
 
+def test_one_rank_trains_the_bare_module(ctx: DistContext) -> None:
+    model = torch.nn.Linear(3, 2)
+    strategy = STRATEGIES["ddp"](TrainConfig(), ctx)
+    assert strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1)) is model
+
+
 def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    strategy = STRATEGIES["ddp"](TrainConfig(), ctx)
+    # The context of a 2-rank run; DDP itself uses this process's 1-rank group.
+    strategy = STRATEGIES["ddp"](TrainConfig(), dataclasses.replace(ctx, world_size=2))
     wrapped = strategy.wrap(model, optimizer)
     assert isinstance(wrapped, DistributedDataParallel)
     assert wrapped.device_ids is None
@@ -34,7 +41,7 @@ def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
 def trained_linear(ctx: DistContext, size: int) -> tuple[Strategy, nn.Module, nn.Linear]:
     """A DDP-wrapped linear layer after one Adam step: strategy, wrapped and bare module."""
     model = nn.Linear(size, 2)
-    strategy = STRATEGIES["ddp"](TrainConfig(), ctx)
+    strategy = STRATEGIES["ddp"](TrainConfig(), dataclasses.replace(ctx, world_size=2))
     wrapped = strategy.wrap(model, torch.optim.Adam(model.parameters(), lr=0.1))
     strategy.backward(wrapped(torch.ones(4, size)).sum())
     strategy.step()
@@ -62,27 +69,3 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
     other, _, _ = trained_linear(ctx, 5)
     with pytest.raises(DdpimgError, match=rf"checkpoint {tmp_path}/model.pt does not fit this"):
         other.load(tmp_path)
-
-
-def test_none_trains_the_bare_module_and_saves_like_ddp(ctx: DistContext, tmp_path: Path) -> None:
-    model = nn.Linear(3, 2)
-    strategy = STRATEGIES["none"](TrainConfig(), ctx)
-    wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    assert wrapped is model
-    strategy.backward(wrapped(torch.ones(4, 3)).sum())
-    strategy.step()
-    strategy.save(tmp_path)
-    # A DDP run resumes from it: the same file, the same state dict keys (no "module.").
-    ddp, _, ddp_model = trained_linear(ctx, 3)
-    ddp.load(tmp_path)
-    assert torch.equal(ddp_model.weight, model.weight)
-
-
-def test_none_refuses_several_ranks(ctx: DistContext) -> None:
-    two = dataclasses.replace(ctx, world_size=2, run_info={"source": "slurm"})
-    with pytest.raises(
-        DdpimgError,
-        match=r"--strategy none trains one process alone, but this "
-        r"run has 2 ranks \(from slurm\)",
-    ):
-        STRATEGIES["none"](TrainConfig(), two)

@@ -20,12 +20,6 @@ def _ddp(config: TrainConfig, ctx: DistContext) -> Strategy:
     return DdpStrategy(ctx)
 
 
-def _none(config: TrainConfig, ctx: DistContext) -> Strategy:
-    from ddpimg.train.strategies.none import NoStrategy
-
-    return NoStrategy(ctx)
-
-
 def _deepspeed(config: TrainConfig, ctx: DistContext) -> Strategy:
     from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy
 
@@ -42,5 +36,4 @@ STRATEGIES: dict[str, Callable[[TrainConfig, DistContext], Strategy]] = {
     "ddp": _ddp,
     "deepspeed": _deepspeed,
     "fsdp": _fsdp,
-    "none": _none,
 }

@@ -1,5 +1,5 @@
 """``--strategy ddp``: torch's DistributedDataParallel, gradients averaged in buckets during
-backward.
+backward; a single rank trains the bare module.
 
 Checkpoints: every rank holds the same model and optimizer state, so rank 0 alone writes
 ``model.pt`` (``torch.save`` of both state dicts) and every rank reads it back; a resume
@@ -35,14 +35,23 @@ class DdpStrategy:
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         self._model, self._optimizer = model, optimizer
+        if self.ctx.world_size == 1:
+            # With one rank DDP has nothing to average, but still copies every gradient
+            # into its buckets, all-reduces them and divides: about 10% of a ResNet-18 step
+            # on a CPU (`nox -s bench`, overhead part). The bare module trains identically.
+            return model
         # device_ids names the one GPU this process drives; it must stay None on the CPU and
         # for a module spread over several GPUs (the toy trainer's head and tail).
         single_gpu = self.ctx.device.type == "cuda" and all(
             parameter.device == self.ctx.device for parameter in model.parameters()
         )
         device_ids = [self.ctx.device.index] if single_gpu else None
-        # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy.
-        return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy
+        # and their memory on a GPU. On the CPU it made ResNet-18 steps 10-20% slower than
+        # DDP's default (`python benchmarks/ddp_one_rank.py resnet18-64px`), so not there.
+        return DistributedDataParallel(
+            model, device_ids=device_ids, gradient_as_bucket_view=self.ctx.device.type == "cuda"
+        )
 
     def backward(self, loss: torch.Tensor) -> None:
         torch.autograd.backward(loss)
