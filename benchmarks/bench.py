@@ -104,12 +104,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(argv)
     started = datetime.now(timezone.utc)
-    results: dict[str, Any] = {}
+    ns.out.mkdir(parents=True, exist_ok=True)
+    path = ns.out / f"{socket.gethostname()}-{started:%Y-%m-%d}.json"
+    host = machine()
+    failed: list[str] = []
     for name in ns.parts.split(","):
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         began, load = time.perf_counter(), os.getloadavg()
-        rows, record = PARTS[name](ns)
-        results[name] = {
+        try:
+            rows, record = PARTS[name](ns)
+        except Exception as err:  # the other parts still run; the exit status says it
+            failed.append(name)
+            rows, record = [(f"part {name}", f"failed: {type(err).__name__}: {err}", "")], {}
+            print(f"bench: {name} failed: {err!r}", file=sys.stderr, flush=True)
+        result = {
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "took_s": round(time.perf_counter() - began, 1),
             "loadavg_start": load,
@@ -117,16 +125,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows": rows,
             "record": record,
         }
+        # Written after every part: a failure or an interruption later loses nothing.
+        document = merged(path, {name: result}, host)
+        path.write_text(json.dumps(document, indent=1) + "\n")
         print(markdown(rows), file=sys.stderr, flush=True)
-    ns.out.mkdir(parents=True, exist_ok=True)
-    path = ns.out / f"{socket.gethostname()}-{started:%Y-%m-%d}.json"
-    document = merged(path, results, machine())
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    document = json.loads(path.read_text())
     table = markdown([row for part in document["parts"].values() for row in part["rows"]])
     if ns.markdown:
         ns.markdown.write_text(table + "\n")
     print(table)
     print(f"\nwrote {path}", file=sys.stderr)
+    if failed:
+        print(f"bench: failed parts: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

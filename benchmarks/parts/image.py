@@ -63,11 +63,12 @@ def run(builds_file: Path | None, count: int) -> tuple[list[Row], dict[str, Any]
     for flavour, tag in tags.items():
         size = image_size(tag)
         build_s = builds.get(flavour, {}).get("build_s")
-        built = (
-            f"built in {build_s:.0f} s (no cache)"
-            if build_s is not None
-            else "build not timed (run through `nox -s bench`)"
-        )
+        if build_s is not None:
+            built = f"built in {build_s:.0f} s (no cache)"
+        elif flavour in builds:
+            built = "build not timed (--image-reuse)"
+        else:
+            built = "build not timed (run through `nox -s bench`)"
         result = "not built" if size is None else f"{size / 1e9:.2f} GB, {built}"
         rows.append((f"image {tag} ({flavour} flavour)", result, ""))
         record[flavour] = {"tag": tag, "bytes": size, "build_s": build_s}
