@@ -129,7 +129,7 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
             {"strategy": "horovod"},
             r"--strategy must be one of ddp, deepspeed, fsdp, got 'horovod'",
         ),
-        ({"precision": "fp16"}, r"--precision must be one of auto, fp32, bf16, got 'fp16'"),
+        ({"precision": "fp8"}, r"--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),
     ],
 )

@@ -94,3 +94,12 @@ def test_unwritable_out_is_a_user_error(
     config = make_config(out=tmp_path / "file" / "run")
     with pytest.raises(DdpimgError, match=rf"--out {tmp_path}/file/run: cannot write there"):
         run_training(config, ctx)
+
+
+def test_fp16_trains(ctx: DistContext, make_config: Callable[..., TrainConfig]) -> None:
+    config = make_config(precision="fp16", max_steps=12, train_samples=96, log_every=1)
+    assert run_training(config, ctx) == 0
+    losses = [r["loss"] for r in records(config.out) if r["kind"] == "train"]
+    assert all(math.isfinite(loss) for loss in losses)
+    # The first steps overflow at the initial scale and are skipped; then it learns.
+    assert min(losses[-3:]) < losses[0]

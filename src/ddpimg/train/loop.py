@@ -119,9 +119,11 @@ def train(
     start = checkpoints.restore(resume)
     startup.mark("model")
 
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+
     def autocast() -> contextlib.AbstractContextManager[Any]:
-        if config.precision == "bf16":
-            return torch.autocast(device.type, dtype=torch.bfloat16)
+        if half is not None:
+            return torch.autocast(device.type, dtype=half)
         return contextlib.nullcontext()
 
     if recorder is not None:

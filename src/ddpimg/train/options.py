@@ -18,7 +18,7 @@ from ddpimg.train.preemption import DEFAULT_SIGNALS, parse_signals
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.tasks import TASKS
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # --precision auto: bf16 autocast on a GPU for the trainers that benchmark GPUs.
 BF16_ON_GPU_TRAINERS = ("resnet", "gpt")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -131,7 +131,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default="auto",
         choices=PRECISIONS,
-        help="bf16: autocast to bfloat16 (CPU and GPU); auto: bf16 for resnet and gpt on a "
+        help="bf16: autocast to bfloat16 (CPU and GPU); fp16: autocast to float16 with dynamic "
+        "loss scaling (GPUs without bf16, e.g. V100); auto: bf16 for resnet and gpt on a "
         "GPU, fp32 otherwise (default: %(default)s)",
     )
     parser.add_argument(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from ddpimg.runtime.context import DistContext
 from ddpimg.train.options import TrainConfig
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.base import Strategy
+from ddpimg.train.strategies.ddp import DdpStrategy
 
 
 def test_one_rank_trains_the_bare_module(ctx: DistContext) -> None:
@@ -69,3 +71,22 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
     other, _, _ = trained_linear(ctx, 5)
     with pytest.raises(DdpimgError, match=rf"checkpoint {tmp_path}/model.pt does not fit this"):
         other.load(tmp_path)
+
+
+def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path) -> None:
+    model = nn.Linear(3, 2)
+    strategy = STRATEGIES["ddp"](TrainConfig(precision="fp16"), ctx)
+    wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    before = model.weight.detach().clone()
+    # Gradients that overflowed: the step is skipped and the scale halved.
+    strategy.backward(wrapped(torch.ones(4, 3)).sum() * math.inf)
+    strategy.step()
+    assert torch.equal(model.weight, before)  # the step was skipped
+    strategy.save(tmp_path)
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["scaler"]["scale"] == 2.0**15
+    restored_model = nn.Linear(3, 2)
+    restored = STRATEGIES["ddp"](TrainConfig(precision="fp16"), ctx)
+    restored.wrap(restored_model, torch.optim.SGD(restored_model.parameters(), lr=0.1))
+    restored.load(tmp_path)
+    assert isinstance(restored, DdpStrategy)
+    assert restored.scaler.state_dict()["scale"] == 2.0**15

@@ -77,3 +77,17 @@ def test_missing_local_rank_is_named(
     config = make_config(strategy="deepspeed")
     with pytest.raises(DdpimgError, match=r"needs LOCAL_RANK in the environment, which is unset"):
         metrics(config, ctx)
+
+
+@pytest.mark.deepspeed
+def test_fp16_where_deepspeed_cannot_is_refused_clearly(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().is_fp16_supported():
+        pytest.skip(f"DeepSpeed's {get_accelerator().device_name()} accelerator supports fp16")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    config = make_config(strategy="deepspeed", precision="fp16")
+    with pytest.raises(DdpimgError, match=r"--precision fp16 with --strategy deepspeed: "):
+        metrics(config, ctx)

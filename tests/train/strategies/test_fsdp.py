@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -175,3 +176,22 @@ def test_bf16_computes_in_bf16(ctx: DistContext, tmp_path: Path) -> None:
     assert wrapped(torch.ones(2, 4)).dtype == torch.bfloat16
     # The optimizer's (sharded) parameters stay fp32.
     assert all(p.dtype == torch.float32 for p in strategy.optimizer.param_groups[0]["params"])
+
+
+def test_fp16_computes_in_fp16_and_saves_the_loss_scale(ctx: DistContext, tmp_path: Path) -> None:
+    config = TrainConfig(strategy="fsdp", precision="fp16", out=tmp_path)
+    model = nn.Sequential(nn.Linear(4, 4))
+    strategy = FsdpStrategy(config, ctx)
+    wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    output = wrapped(torch.ones(2, 4))
+    assert output.dtype == torch.float16
+    strategy.backward(output.float().sum() * math.inf)  # an overflow: the step is skipped
+    strategy.step()
+    saved = tmp_path / "checkpoint"
+    saved.mkdir()
+    strategy.save(saved)
+    other_model = nn.Sequential(nn.Linear(4, 4))
+    other = FsdpStrategy(config, ctx)
+    other.wrap(other_model, torch.optim.SGD(other_model.parameters(), lr=0.1))
+    other.load(saved)
+    assert other.scaler.state_dict()["scale"] == strategy.scaler.state_dict()["scale"] == 2.0**15

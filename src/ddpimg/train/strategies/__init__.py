@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _ddp(config: TrainConfig, ctx: DistContext) -> Strategy:
     from ddpimg.train.strategies.ddp import DdpStrategy
 
-    return DdpStrategy(ctx)
+    return DdpStrategy(ctx, config.precision)
 
 
 def _deepspeed(config: TrainConfig, ctx: DistContext) -> Strategy:

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,8 +29,9 @@ class DdpStrategy:
     name = "ddp"
     reshards_on_load = True
 
-    def __init__(self, ctx: DistContext) -> None:
+    def __init__(self, ctx: DistContext, precision: str = "fp32") -> None:
         self.ctx = ctx
+        self.scaler = LossScaler.for_precision(precision, ctx.device, sharded=False)
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
@@ -37,8 +39,8 @@ class DdpStrategy:
         self._model, self._optimizer = model, optimizer
         if self.ctx.world_size == 1:
             # With one rank DDP has nothing to average, but still copies every gradient
-            # into its buckets, all-reduces them and divides: about 10% of a ResNet-18 step
-            # on a CPU (`nox -s bench`, overhead part). The bare module trains identically.
+            # into its buckets, all-reduces them and divides: 10-20% of a ResNet-18 step on
+            # a CPU (`nox -s bench`, overhead part). The bare module trains identically.
             return model
         # device_ids names the one GPU this process drives; it must stay None on the CPU and
         # for a module spread over several GPUs (the toy trainer's head and tail).
@@ -47,17 +49,15 @@ class DdpStrategy:
         )
         device_ids = [self.ctx.device.index] if single_gpu else None
         # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy
-        # and their memory on a GPU. On the CPU it made ResNet-18 steps 10-20% slower than
-        # DDP's default (`python benchmarks/ddp_one_rank.py resnet18-64px`), so not there.
-        return DistributedDataParallel(
-            model, device_ids=device_ids, gradient_as_bucket_view=self.ctx.device.type == "cuda"
-        )
+        # and their memory. On the CPU it was no slower than DDP's default (the benchmarks'
+        # overhead part, ResNet-18: 0.91x vs 0.81x of the bare model, medians of 3).
+        return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def backward(self, loss: torch.Tensor) -> None:
-        torch.autograd.backward(loss)
+        self.scaler.backward(loss)
 
     def step(self) -> None:
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -65,6 +65,8 @@ class DdpStrategy:
     def save(self, directory: Path) -> None:
         if self.ctx.is_main:
             state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            if self.scaler.enabled:
+                state["scaler"] = self.scaler.state_dict()
             torch.save(state, directory / STATE_FILE)
 
     def load(self, directory: Path) -> None:
@@ -75,6 +77,7 @@ class DdpStrategy:
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state.get("scaler", {}))
         except (KeyError, RuntimeError, ValueError) as err:
             raise DdpimgError(
                 f"checkpoint {path} does not fit this model and optimizer ({err})",

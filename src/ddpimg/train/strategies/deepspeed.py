@@ -52,6 +52,8 @@ def deepspeed_config(
             "allgather_bucket_size": bucket,
         },
         "bf16": {"enabled": precision == "bf16"},
+        # loss_scale 0: dynamic loss scaling, as torch's GradScaler does for ddp and fsdp.
+        "fp16": {"enabled": precision == "fp16", "loss_scale": 0},
         # DeepSpeed 0.19.8 clips gradients to norm 1.0 unless told otherwise; DDP does not clip,
         # and both strategies must follow the same trajectory.
         "gradient_clipping": 0.0,
@@ -80,6 +82,17 @@ class DeepSpeedStrategy:
                 f"--strategy deepspeed needs DeepSpeed, which cannot be imported ({err})",
                 hint="run inside the ddpimg image, or pip install deepspeed",
             ) from err
+        if self.precision == "fp16":
+            from deepspeed.accelerator import get_accelerator
+
+            accelerator = get_accelerator()
+            if not accelerator.is_fp16_supported():
+                raise DdpimgError(
+                    f"--precision fp16 with --strategy deepspeed: DeepSpeed's "
+                    f"{accelerator.device_name()} accelerator does not support fp16 here",
+                    hint="use --precision bf16 (or fp32) with deepspeed on this device, or "
+                    "--strategy ddp / fsdp for fp16",
+                )
         # DeepSpeed reads the local rank from the environment, not from its arguments.
         if "LOCAL_RANK" not in os.environ and "OMPI_COMM_WORLD_LOCAL_RANK" not in os.environ:
             raise DdpimgError(

@@ -25,12 +25,13 @@ the integration tests run it there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
+SCALER_KEY = "loss_scaler"  # --precision fp16 only
 
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
@@ -65,6 +67,7 @@ class FsdpStrategy:
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.ctx = ctx
         self.precision = config.precision
+        self.scaler = LossScaler.for_precision(config.precision, ctx.device, sharded=True)
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
@@ -83,9 +86,10 @@ class FsdpStrategy:
             raise RuntimeError("FsdpStrategy.wrap needs an optimizer that has not stepped yet")
         names = {id(parameter): name for name, parameter in model.named_parameters()}
         mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         policy = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if self.precision == "bf16"
+            MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
+            if half is not None
             else MixedPrecisionPolicy()
         )
         for unit in shard_units(model):
@@ -98,10 +102,10 @@ class FsdpStrategy:
         return model
 
     def backward(self, loss: torch.Tensor) -> None:
-        torch.autograd.backward(loss)
+        self.scaler.backward(loss)
 
     def step(self) -> None:
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -111,10 +115,10 @@ class FsdpStrategy:
         from torch.distributed.checkpoint.state_dict_saver import save
 
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        save(
-            {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state},
-            checkpoint_id=str(directory),
-        )
+        state: dict[str, Any] = {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state}
+        if self.scaler.enabled:
+            state[SCALER_KEY] = self.scaler.state_dict()
+        save(state, checkpoint_id=str(directory))
 
     def load(self, directory: Path) -> None:
         from torch.distributed.checkpoint.api import CheckpointException
@@ -124,11 +128,11 @@ class FsdpStrategy:
         # The current state gives DCP the keys, shapes and shardings to read into; it loads
         # in place, into these same dictionaries.
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        state: dict[str, Any] = {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state}
+        if self.scaler.enabled:
+            state[SCALER_KEY] = self.scaler.state_dict()
         try:
-            load(
-                {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state},
-                checkpoint_id=str(directory),
-            )
+            load(state, checkpoint_id=str(directory))
         except (CheckpointException, RuntimeError, KeyError, ValueError) as err:
             raise DdpimgError(
                 f"checkpoint {directory} does not fit this model and optimizer "
@@ -142,6 +146,8 @@ class FsdpStrategy:
             model_state_dict=model_state,
             optim_state_dict=optimizer_state,
         )
+        if self.scaler.enabled:
+            self.scaler.load_state_dict(state[SCALER_KEY])
 
     @property
     def model(self) -> nn.Module:
