@@ -29,6 +29,8 @@ PROFILES = Path(__file__).parent / "profiles"
 SHORT_NAME_PROFILE = PROFILES / "nscluster.toml"
 # Master by "{node}i", collectives on ib0: what fixes JSC's naming.
 SUFFIX_PROFILE = PROFILES / "nscluster-suffix.toml"
+# Master by "{node}i", collectives left to Gloo's choice (eth0, dropped).
+NO_INTERFACES_PROFILE = PROFILES / "nscluster-suffix-no-interfaces.toml"
 # --timeout for runs that must work (4 ranks import torch on 2 shared cores before they
 # meet) and for runs that must fail (short: the failure has to come within it).
 TIMEOUT_S = 90

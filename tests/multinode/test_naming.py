@@ -12,6 +12,7 @@ from tests.engines.netns import NamespaceCluster
 from tests.integration.runs import command, run
 from tests.multinode.conftest import (
     FAIL_TIMEOUT_S,
+    NO_INTERFACES_PROFILE,
     RUN_LIMIT_S,
     SHORT_NAME_PROFILE,
     SUFFIX_PROFILE,
@@ -58,3 +59,21 @@ def test_plain_name_rule_fails_within_the_timeout_and_says_why(
         f"ddpimg: error: 1 of 2 ranks never joined the rendezvous within {FAIL_TIMEOUT_S} s: "
         "rank 1 (host node2)"
     ) in proc.stderr
+
+
+def test_collectives_on_the_blocked_interface_fail_within_the_timeout(
+    cluster: NamespaceCluster, cluster_env: dict[str, str]
+) -> None:
+    cmd = [*DOCTOR_2_NODES, command("ddpimg"), "doctor", "--site", str(NO_INTERFACES_PROFILE),
+           "--timeout", str(FAIL_TIMEOUT_S)]  # fmt: skip
+    started = time.monotonic()
+    proc = run(cmd, cluster_env, timeout=RUN_LIMIT_S, check=False)
+    elapsed = time.monotonic() - started
+    # Without the deadline Gloo gives up after its own connect timeout (108 s here).
+    assert proc.returncode == 3, proc.stderr
+    assert elapsed < FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S
+    assert (
+        "every rank joined the rendezvous, but init_process_group (gloo) did not finish "
+        f"within {FAIL_TIMEOUT_S} s"
+    ) in proc.stderr
+    assert "no GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME set" in proc.stderr

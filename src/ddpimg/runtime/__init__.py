@@ -3,6 +3,7 @@ other ranks and initialises torch.distributed. Imports torch lazily."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from datetime import timedelta
@@ -15,6 +16,7 @@ from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
+from ddpimg.runtime.watchdog import collectives_stalled, deadline
 
 if TYPE_CHECKING:
     import torch
@@ -94,13 +96,15 @@ def initialize(
         timeout_s=timeout_s,
         host_of_rank=topo.host_of_rank,
     )
-    dist.init_process_group(
-        backend=chosen,
-        store=PrefixStore("ddpimg/pg", store),
-        rank=topo.rank,
-        world_size=topo.world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    stalled = functools.partial(collectives_stalled, chosen, timeout_s, topo.rank, dict(os.environ))
+    with deadline(timeout_s, stalled):
+        dist.init_process_group(
+            backend=chosen,
+            store=PrefixStore("ddpimg/pg", store),
+            rank=topo.rank,
+            world_size=topo.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
     run_info = plan.to_json() | {
         "master_addr": master,
         "master_port": port,
