@@ -44,7 +44,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "ab": lambda ns: ab.run(ns.repeats, ns.models.split(",")),
     "overhead": lambda ns: overhead.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
-    "gpu": lambda ns: gpu.run(),
+    "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
 }
 
 
@@ -89,6 +89,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--join-timeout", type=float, default=3.0)
     parser.add_argument("--image-builds", type=Path, help="build times (written by nox)")
     parser.add_argument("--image-count", type=int, default=5)
+    parser.add_argument(
+        "--gpu-dry-run",
+        action="store_true",
+        help="run the gpu part's commands on the CPU at toy sizes (checks the plumbing only)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     ns = parser.parse_args(argv)

@@ -62,12 +62,12 @@ class TrainRun:
         return float(line["loss"])
 
 
-def run_train(arguments: Sequence[str], *, steps: int, warmup: int) -> TrainRun:
-    """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (one epoch at most, no
+def run_train(arguments: Sequence[str], *, steps: int, warmup: int, epochs: int = 1) -> TrainRun:
+    """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (``epochs`` at most, no
     resume, logged at the last step only) in a fresh output directory."""
     with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
         command = [
-            PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", "1",
+            PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", str(epochs),
             "--max-steps", str(steps), "--warmup-steps", str(warmup),
             "--log-every", str(steps), "--out", out, "--resume", "none",
         ]  # fmt: skip

@@ -4,7 +4,7 @@
   ResNet-18 at 64 px: DDP's hooks, bucketing and the all-reduce of a world of one, as the
   tutorials wrap it and with ``gradient_as_bucket_view``
   (benchmarks/ddp_one_rank.py, each variant in a process of its own). ddpimg trains the
-  bare model when there is one rank, and uses bucket views on GPUs only, because of these.
+  bare model when there is one rank, because of this.
 * Two local ranks against one at the same per-rank batch (weak scaling over gloo):
   efficiency = samples/s of 2 ranks / (2 x samples/s of 1 rank). On a machine with as
   many cores as ranks, one rank alone already uses every core (intra-op threads), so the
@@ -31,12 +31,13 @@ from parts.common import HERE, PYTHON, Row, interleaved, run_train, spread
 MODELS: dict[str, dict[str, Any]] = {
     # Long enough for several seconds of measured steps; samples for 2 ranks x steps.
     "mnist": {"train": ["mnist"], "batch": 64, "steps": 150, "warmup": 20, "samples": 19200},
+    # The synthetic token set holds 10,000 training windows: 150 steps of 2 x 32.
     "gpt-tiny": {
         "train": ["gpt", "--size", "tiny"],
         "batch": 32,
-        "steps": 200,
+        "steps": 150,
         "warmup": 20,
-        "samples": 12800,
+        "samples": 9600,
     },
 }
 STRATEGIES: dict[str, list[str]] = {

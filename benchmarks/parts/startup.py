@@ -14,6 +14,7 @@ import itertools
 import statistics
 from typing import Any
 
+from ddpimg.train.startup import PHASES
 from parts.common import Row, TrainRun, log, run_train
 
 CASES: dict[str, list[str]] = {
@@ -31,26 +32,27 @@ CASES: dict[str, list[str]] = {
 }  # fmt: skip
 EVAL_SAMPLES = ["--eval-samples", "64"]
 
-# (label, how to get the seconds from a run)
-PHASES: list[tuple[str, str]] = [
-    ("python + ddpimg CLI", "launch"),
-    ("topology + site", "plan"),
-    ("torch imports", "imports"),
-    ("init_process_group", "process_group"),
-    ("strategy imports + run directory", "setup"),
-    ("data", "data"),
-    ("model + wrap (DDP broadcast / deepspeed.initialize)", "model"),
-    ("first step", "first_step"),
-]
+# How the table names ddpimg's phases (ddpimg.train.startup.PHASES, in that order).
+LABELS = {
+    "launch": "python + ddpimg CLI",
+    "plan": "topology + site",
+    "imports": "torch imports",
+    "process_group": "init_process_group",
+    "setup": "strategy imports + run directory",
+    "data": "data",
+    "model": "model + wrap (DDP broadcast / deepspeed.initialize)",
+    "first_step": "first step",
+}
+assert tuple(LABELS) == PHASES, "a phase of ddpimg.train.startup has no label here"
 
 
 def phases(run: TrainRun) -> dict[str, float]:
     """Seconds per phase, the first from this driver's spawn time, and the total."""
     marks = run.manifest["startup"]["marks"]
-    seconds = {"launch": marks["launch"] - run.spawned}
-    for (_, previous), (_, phase) in itertools.pairwise(PHASES):
+    seconds = {PHASES[0]: marks[PHASES[0]] - run.spawned}
+    for previous, phase in itertools.pairwise(PHASES):
         seconds[phase] = marks[phase] - marks[previous]
-    seconds["total"] = marks["first_step"] - run.spawned
+    seconds["total"] = marks[PHASES[-1]] - run.spawned
     return seconds
 
 
@@ -64,7 +66,7 @@ def run(repeats: int) -> tuple[list[Row], dict[str, Any]]:
             log(f"startup {case} {repeat + 1}/{repeats}: {runs[-1]}")
         median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         record[case] = {"runs": runs, "median_s": median}
-        parts = ", ".join(f"{label} {median[key]:.2f}" for label, key in PHASES)
+        parts = ", ".join(f"{LABELS[key]} {median[key]:.2f}" for key in PHASES)
         rows.append(
             (
                 f"time to first step, {case} (median of {repeats}, seconds)",

@@ -21,14 +21,25 @@ from torch.utils.data import Sampler
 from ddpimg.train.sharding import epoch_order
 
 
-def setup() -> tuple[int, int]:
-    """init_process_group from torchrun's variables (defaults: one process on this host)."""
+def setup(device_type: str = "cpu") -> tuple[int, int, torch.device]:
+    """init_process_group from torchrun's variables (defaults: one process on this host),
+    gloo on the CPU and nccl on a GPU, as the tutorials do; rank, world size, device."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29512")
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    return rank, world_size
+    device = torch.device("cpu")
+    if device_type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return rank, world_size, device
+
+
+def device_ids(device: torch.device) -> list[int] | None:
+    """DDP's ``device_ids``: the GPU this process drives, None on the CPU."""
+    return [device.index] if device.type == "cuda" else None
 
 
 class SameOrderSampler(Sampler[int]):

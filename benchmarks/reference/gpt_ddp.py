@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    rank, world_size = setup()
+    rank, world_size, _ = setup()
     config = CONFIGS["tiny"]
     seq_len, vocab = config.block_size, config.vocab_size
     train_set = TokenWindows(0, args.train_samples, seq_len, vocab)

@@ -3,11 +3,14 @@ that builds one image at a time, a DataLoader with worker processes, ``loss.item
 step, and the whole evaluation set on every rank.
 
 Same model (torchvision's ``--arch``, untrained, 1000 classes), data (ddpimg's synthetic
-ImageNet-shaped images at ``--image-size``), per-rank batch, precision (fp32), optimiser
-(SGD lr 0.1 x global batch / 256, momentum 0.9, weight decay 1e-4) and initial weights
-(torch.manual_seed(seed)) as ``train resnet``; BatchNorm per rank, as ddpimg on the CPU.
+ImageNet-shaped images at ``--image-size``), per-rank batch, precision (fp32, or bf16
+autocast with ``--bf16``), optimiser (SGD lr 0.1 x global batch / 256, momentum 0.9, weight
+decay 1e-4) and initial weights (torch.manual_seed(seed)) as ``train resnet``; BatchNorm
+per rank, as ddpimg on the CPU.
 
     python benchmarks/reference/resnet_ddp.py --arch resnet18 --image-size 64
+    python benchmarks/reference/resnet_ddp.py --arch resnet50 --image-size 224 --device cuda \\
+        --bf16 --batch-size 256 --workers 8   # on a GPU, as the performance guide trains it
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 import torchvision
-from common import SameOrderSampler, report, seed_everything, setup
+from common import SameOrderSampler, device_ids, report, seed_everything, setup
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
@@ -48,9 +51,12 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=256)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (AMP)")
     args = parser.parse_args()
 
-    rank, world_size = setup()
+    rank, world_size, device = setup(args.device)
+    cuda = device.type == "cuda"
     train_images, test_images = synthetic_imagenet(
         args.image_size,
         train_samples=args.train_samples,
@@ -62,22 +68,40 @@ def main() -> None:
     test_set = Images(test_images, args.eval_samples)
     sampler = SameOrderSampler(len(train_set), args.batch_size, rank, world_size, args.seed)
     train_loader = DataLoader(
-        train_set, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers
+        train_set,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=cuda,
     )
-    test_loader = DataLoader(test_set, batch_size=256, num_workers=args.workers)
+    test_loader = DataLoader(test_set, batch_size=256, num_workers=args.workers, pin_memory=cuda)
 
     seed_everything(args.seed)
-    model = DDP(torchvision.models.get_model(args.arch, weights=None, num_classes=IMAGENET_CLASSES))
+    model = torchvision.models.get_model(args.arch, weights=None, num_classes=IMAGENET_CLASSES)
+    # The PyTorch performance guide's recipe on a GPU: channels_last, cuDNN autotuning, AMP.
+    if cuda:
+        model = model.to(device, memory_format=torch.channels_last)
+        torch.backends.cudnn.benchmark = True
+    model = DDP(model, device_ids=device_ids(device))
+
+    def forward(images: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            return model(images)  # type: ignore[no-any-return]
+
     lr = 0.1 * args.batch_size * world_size / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
 
     model.train()
     step, losses, began = 0, [], time.perf_counter()
     steady_from = began
-    for images, labels in train_loader:
+    for cpu_images, cpu_labels in train_loader:
+        images, labels = cpu_images, cpu_labels
+        if cuda:
+            images = cpu_images.to(device, non_blocking=True, memory_format=torch.channels_last)
+            labels = cpu_labels.to(device, non_blocking=True)
         step += 1
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(images), labels)
+        loss = F.cross_entropy(forward(images), labels)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
@@ -93,8 +117,9 @@ def main() -> None:
     model.eval()
     total = 0.0
     with torch.no_grad():
-        for images, labels in test_loader:
-            total += F.cross_entropy(model(images), labels, reduction="sum").item()
+        for cpu_images, cpu_labels in test_loader:
+            images, labels = cpu_images.to(device), cpu_labels.to(device)
+            total += F.cross_entropy(forward(images), labels, reduction="sum").float().item()
     eval_s = time.perf_counter() - eval_began
     if rank == 0:
         report(
