@@ -49,10 +49,7 @@ def configure_reproducibility(
                 hint="export CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting the job",
             )
     torch.manual_seed(seed)
-    # Setting the mode imports torch._inductor's config (1.1 s of a 2.6 s time to first step
-    # on the CPU, `nox -s bench` startup part): only when it changes.
-    if deterministic or torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(deterministic)
+    torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.deterministic = deterministic
     if deterministic:
         torch.backends.cudnn.benchmark = False
