@@ -116,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ns.parts.split(","):
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         began, load = time.perf_counter(), os.getloadavg()
+        began_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         try:
             rows, record = PARTS[name](ns)
         except Exception as err:  # the other parts still run; the exit status says it
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows, record = [(f"part {name}", f"failed: {type(err).__name__}: {err}", "")], {}
             print(f"bench: {name} failed: {err!r}", file=sys.stderr, flush=True)
         result = {
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started": began_at,
             "took_s": round(time.perf_counter() - began, 1),
             "loadavg_start": load,
             "loadavg_end": os.getloadavg(),

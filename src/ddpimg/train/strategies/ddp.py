@@ -39,7 +39,7 @@ class DdpStrategy:
         self._model, self._optimizer = model, optimizer
         if self.ctx.world_size == 1:
             # With one rank DDP has nothing to average, but still copies every gradient
-            # into its buckets, all-reduces them and divides: 10-20% of a ResNet-18 step on
+            # into its buckets, all-reduces them and divides: 6-21% of a ResNet-18 step on
             # a CPU (`nox -s bench`, overhead part). The bare module trains identically.
             return model
         # device_ids names the one GPU this process drives; it must stay None on the CPU and
@@ -49,8 +49,9 @@ class DdpStrategy:
         )
         device_ids = [self.ctx.device.index] if single_gpu else None
         # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy
-        # and their memory. On the CPU it was no slower than DDP's default (the benchmarks'
-        # overhead part, ResNet-18: 0.91x vs 0.81x of the bare model, medians of 3).
+        # and their memory. On the CPU the benchmarks could not tell it from DDP's default
+        # (overhead part, ResNet-18 on one rank: 0.91x vs 0.81x of the bare model in one
+        # run, 0.79x vs 0.94x in the next).
         return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def backward(self, loss: torch.Tensor) -> None:
