@@ -60,8 +60,14 @@ def check_startup(report: dict[str, Any]) -> None:
 def test_nproc_per_node_matches_one_process(
     tmp_path: Path, run_env: dict[str, str], reference: list[float]
 ) -> None:
-    run([command("train"), *QUICK_TRAIN, "--nproc-per-node", "2", "--out", str(tmp_path)], run_env)
-    check_run(tmp_path, reference, world_size=2)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cmd = [command("train"), *QUICK_TRAIN, "--nproc-per-node", "2", "--out", str(tmp_path / "run")]
+    run(cmd, run_env | {"TMPDIR": str(tmp)})
+    check_run(tmp_path / "run", reference, world_size=2)
+    # The launcher's log directories are gone (torch's own default leaves one per launch).
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith(("torchelastic_", "ddpimg-")))
+    assert left == []
 
 
 @pytest.mark.torchrun

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from ddpimg import exitcodes
@@ -156,6 +157,7 @@ def run_script(plan: LaunchPlan, script: list[str]) -> int:
 def launch_local_workers(plan: LaunchPlan, args: argparse.Namespace, worker_argv: list[str]) -> int:
     """One launcher per node (this process) starts N workers with torch.distributed.launcher's
     static rendezvous; the launcher's own rank and world size become node rank and node count."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -179,7 +181,11 @@ def launch_local_workers(plan: LaunchPlan, args: argparse.Namespace, worker_argv
     preempt = parse_signals(args.preempt_signals)
     forward_to_children(preempt)
     port = runtime.rendezvous_port(plan)
+    # The agent's log directory (workers' error files). Without one, torch makes a
+    # /tmp/torchelastic_* directory per launch and leaves it behind; this one is removed.
+    log_dir = tempfile.TemporaryDirectory(prefix="ddpimg-workers-")
     config = LaunchConfig(
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir.name),
         min_nodes=topo.world_size,
         max_nodes=topo.world_size,
         nproc_per_node=args.nproc_per_node,
@@ -207,4 +213,6 @@ def launch_local_workers(plan: LaunchPlan, args: argparse.Namespace, worker_argv
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
         return next((c for c in codes if c > 0), exitcodes.TRAINING_FAILED)
+    finally:
+        log_dir.cleanup()
     return exitcodes.OK
