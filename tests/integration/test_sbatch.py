@@ -19,10 +19,14 @@ import pytest
 
 from tests.integration.runs import command, read_metrics, run, summary, train_losses
 
-# Long enough to be interrupted after a few logged steps, short enough for a loaded machine.
+# Long enough (several seconds) that the preemption test's signal, sent at step 3, arrives
+# while the job still trains (with 12 steps it once came after the last one), short enough
+# for a loaded machine.
+STEPS = 200
 TRAIN = [
-    "train", "--data", "synthetic", "--epochs", "1", "--max-steps", "12", "--log-every", "1",
-    "--global-batch-size", "32", "--train-samples", "1024", "--eval-samples", "256",
+    "train", "--data", "synthetic", "--epochs", "1", "--max-steps", str(STEPS),
+    "--log-every", "1", "--global-batch-size", "32", "--train-samples", str(32 * STEPS),
+    "--eval-samples", "256",
     "--seed", "11", "--deterministic", "--preempt-check-every", "1",
 ]  # fmt: skip
 SBATCH = [
@@ -110,7 +114,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, slurm_env: dict[str,
 def test_submitted_job_trains_to_completion(uninterrupted: Path) -> None:
     out = uninterrupted / "run"
     assert summary(out)["world_size"] == 2
-    assert len(train_losses(out)) == 12
+    assert len(train_losses(out)) == STEPS
     assert any(m["kind"] == "eval" for m in read_metrics(out))
     (log,) = uninterrupted.glob("ddpimg-*.out")
     text = log.read_text()

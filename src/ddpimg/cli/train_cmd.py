@@ -131,9 +131,14 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
         try:
             status = run_training(config, ctx, preemption)
             finished = True
-            return status
         finally:
             runtime.shutdown(finished)
+    # The run is over. A preemption signal still on its way (the job ended close to its time
+    # limit) would otherwise kill the exiting process and turn a completed run into a
+    # failed step in the batch script.
+    for sig in preemption.signals:
+        signal.signal(sig, signal.SIG_IGN)
+    return status
 
 
 def run_script(plan: LaunchPlan, script: list[str]) -> int:
