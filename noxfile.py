@@ -108,6 +108,8 @@ def bench(session: nox.Session) -> None:
     reuse = "--image-reuse" in args
     if reuse:
         args.remove("--image-reuse")
+    # Only the --parts option matters here: without it bench.py runs every part, the image
+    # part included, hence the default.
     parts = argparse.ArgumentParser(add_help=False)
     parts.add_argument("--parts", default="image")
     if "image" not in parts.parse_known_args(args)[0].parts.split(","):
