@@ -141,21 +141,60 @@ def _interface_exports(profile: SiteProfile) -> dict[str, str]:
     return {"NCCL_SOCKET_IFNAME": joined, "GLOO_SOCKET_IFNAME": joined}
 
 
+def check_local_rank_flag(topology: Topology, flag: int | None, env: Mapping[str, str]) -> None:
+    """Refuse a ``--local-rank`` (as torch.distributed.launch and DeepSpeed's launcher pass it)
+    that disagrees with the local rank resolved from the launcher's variables."""
+    if flag is None or flag == topology.local_rank:
+        return
+    if "LOCAL_RANK" in env and env["LOCAL_RANK"].strip() != str(flag):
+        found = f"LOCAL_RANK={env['LOCAL_RANK'].strip()}"
+    else:
+        found = f"the local rank {topology.local_rank} that {topology.source} gives"
+    raise LauncherError(
+        f"--local-rank={flag} disagrees with {found}",
+        "the launcher passes both for the same process; drop --local-rank, or look for a "
+        "LOCAL_RANK exported by hand or left over from another launch",
+    )
+
+
+def _replaced_exports(env: Mapping[str, str], topology: Topology) -> list[str]:
+    """Notes for rank variables found in ``env`` that the resolved topology replaces."""
+    values = {
+        "RANK": topology.rank,
+        "WORLD_SIZE": topology.world_size,
+        "LOCAL_RANK": topology.local_rank,
+        "LOCAL_WORLD_SIZE": topology.local_world_size,
+    }
+    return [
+        f"{name}={env[name].strip()}: replaced by {value} from the {topology.source} launch"
+        for name, value in values.items()
+        if name in env and env[name].strip() != str(value)
+    ]
+
+
 def build_plan(
     env: Mapping[str, str],
     hostname: str,
     site: str | None = None,
     keep: tuple[str, ...] = (),
+    local_rank: int | None = None,
 ) -> LaunchPlan:
     """Resolve topology and site from ``env`` and compute the plan. Pure.
 
     ``hostname`` is the short host name (auto-selection of the profile uses it); ``site`` is the
-    ``--site`` flag; ``keep`` the ``--keep-env`` patterns.
+    ``--site`` flag; ``keep`` the ``--keep-env`` patterns; ``local_rank`` the ``--local-rank``
+    flag, checked against the resolved topology.
     """
     topology = resolve_topology(env)
+    check_local_rank_flag(topology, local_rank, env)
     selection = select_profile(env, hostname, explicit=site)
     profile = selection.profile
-    notes: list[str] = [f"source={topology.source}", f"site={profile.name} ({selection.reason})"]
+    notes: list[str] = [
+        f"source={topology.source}",
+        *topology.notes,
+        *_replaced_exports(env, topology),
+        f"site={profile.name} ({selection.reason})",
+    ]
     master_addr = _master_addr(topology, profile, notes)
     master_port = _master_port(topology, profile, notes)
 

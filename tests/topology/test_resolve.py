@@ -35,6 +35,7 @@ PALS = {
 def test_detection_order_is_the_documented_one() -> None:
     assert [source.name for source in RANK_SOURCES] == [
         "torchrun",
+        "env",
         "openmpi",
         "mvapich",
         "mpich",

@@ -58,7 +58,12 @@ def test_exported_master_addr_and_port_win() -> None:
         (
             {"WORLD_SIZE": "4", "RANK": "2"},
             r"^single: WORLD_SIZE=4 is set, but no launcher \(torchrun, srun, mpirun\) started "
-            r"this process, so its rank is unknown",
+            r"this process and MASTER_ADDR, MASTER_PORT are not set, so its rank is unknown",
+        ),
+        (
+            {"WORLD_SIZE": "4", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"},
+            r"^single: WORLD_SIZE=4 is set, .* and RANK is not set, so its rank is unknown\n"
+            r"  hint: .*export all of RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
         ),
         ({"WORLD_SIZE": "many"}, r"^single: WORLD_SIZE=many is not a whole number"),
         ({"MASTER_ADDR": " "}, r"^single: MASTER_ADDR is set but empty"),

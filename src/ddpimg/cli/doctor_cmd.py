@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
+from ddpimg.cli.launch_options import add_local_rank_argument, add_nproc_argument
+from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.cli.train_cmd import DEFAULT_TIMEOUT_S
 from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.plan import LaunchPlan, build_plan, short_hostname
@@ -32,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS")
     parser.add_argument("--keep-env", action="append", default=[], metavar="PATTERN")
     parser.add_argument("--json", action="store_true", help="rank 0 also prints the rows as JSON")
+    add_nproc_argument(parser)
+    add_local_rank_argument(parser)
 
 
 @dataclass
@@ -163,9 +167,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
     env = dict(os.environ)
-    plan = build_plan(env, short_hostname(), site=args.site, keep=tuple(args.keep_env))
+    plan = build_plan(
+        env,
+        short_hostname(),
+        site=args.site,
+        keep=tuple(args.keep_env),
+        local_rank=args.local_rank,
+    )
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
+    if args.nproc_per_node:
+        program = ["-m", "ddpimg", *strip_nproc(argv)]
+        return launch_local_workers(plan, args.nproc_per_node, program, timeout_s=args.timeout)
     report = local_report(plan)
     if report.problems:
         # Without the interfaces no process group can form: say so on this rank and stop.

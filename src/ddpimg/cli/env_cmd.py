@@ -31,6 +31,9 @@ def _dest(option: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ddpimg.cli.launch_options import add_local_rank_argument
+
+    add_local_rank_argument(parser)
     for option, (metavar, repeatable, help_text) in OPTIONS.items():
         if metavar is None:
             parser.add_argument(option, action="store_true", help=help_text)
@@ -52,7 +55,7 @@ def parse_plain(argv: list[str]) -> argparse.Namespace | None:
     abbreviated option, a missing or odd value) gives None, and argparse parses it or reports
     the usage error.
     """
-    values: dict[str, Any] = {"command": "env"}
+    values: dict[str, Any] = {"command": "env", "local_rank": None, "local_rank_option": None}
     for option, (metavar, repeatable, _) in OPTIONS.items():
         values[_dest(option)] = [] if repeatable else None if metavar else False
     items = iter(argv)
@@ -79,7 +82,13 @@ def parse_plain(argv: list[str]) -> argparse.Namespace | None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    plan = build_plan(dict(os.environ), short_hostname(), site=args.site, keep=tuple(args.keep_env))
+    plan = build_plan(
+        dict(os.environ),
+        short_hostname(),
+        site=args.site,
+        keep=tuple(args.keep_env),
+        local_rank=args.local_rank,
+    )
     data = plan.to_json()
     if args.explain:
         data["explain"] = list(plan.notes)

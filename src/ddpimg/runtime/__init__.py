@@ -17,11 +17,12 @@ from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
+from ddpimg.topology.mpi import MPI_SOURCES
 
 if TYPE_CHECKING:
     import torch
 
-MPI_SOURCES = ("openmpi", "mpich", "pmix", "mvapich", "pals")
+MPI_SOURCE_NAMES = frozenset(source.name for source in MPI_SOURCES)
 
 
 def check_interfaces(plan: LaunchPlan) -> None:
@@ -37,19 +38,22 @@ def check_interfaces(plan: LaunchPlan) -> None:
         )
 
 
-def apply_plan(plan: LaunchPlan) -> str:
+def apply_plan(plan: LaunchPlan, *, publish_master: bool = True) -> str:
     """Export the plan into this process's environment; returns the master address, asking
-    rank 0 over MPI when the launcher gave no host list."""
+    rank 0 over MPI when the launcher gave no host list. Without ``publish_master`` that
+    question is left to the process that will be the MPI rank (``""`` is returned)."""
     os.environ.update(dict(plan.exports))
     master = plan.master_addr
     if not master:
-        if plan.topology.source not in MPI_SOURCES:
+        if plan.topology.source not in MPI_SOURCE_NAMES:
             raise LauncherError(
                 f"site profile {plan.site.name}: network.master_addr={plan.site.master_addr!r} "
                 "can only be resolved by rank 0 over MPI, but this is a "
                 f"{plan.topology.source} job",
                 hint="use a '{node}' template in the profile, or export MASTER_ADDR",
             )
+        if not publish_master:
+            return ""
         master = broadcast_master_address(plan.site, short_hostname())
         os.environ["MASTER_ADDR"] = master
     return master

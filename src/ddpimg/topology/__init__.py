@@ -9,11 +9,15 @@ Detection order, most specific first:
 
 1. ``torchrun``: its workers also carry SLURM_* when torchrun runs inside ``srun``, and MPI
    variables when it runs under ``mpirun``; the workers are torchrun's.
-2. ``openmpi``, ``mvapich``, ``mpich``, ``pals``, ``pmix``: inside a Slurm allocation ``mpirun``
+2. ``env``: the env:// contract (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from a launcher
+   such as DeepSpeed's, unless an MPI launch or a Slurm step around the process has exactly
+   WORLD_SIZE tasks: then the variables describe that launch, and it resolves them
+   (``topology/env_contract.py``).
+3. ``openmpi``, ``mvapich``, ``mpich``, ``pals``, ``pmix``: inside a Slurm allocation ``mpirun``
    leaves SLURM_* variables that describe its daemons, not the ranks. MVAPICH also sets
    PMI_RANK (so it precedes MPICH), Open MPI also sets PMIX_RANK (so it precedes PMIx).
-3. ``slurm``: a task that ``srun`` started (SLURM_STEP_ID is set).
-4. ``single``: none of the above.
+4. ``slurm``: a task that ``srun`` started (SLURM_STEP_ID is set).
+5. ``single``: none of the above.
 
 One mistake is caught before ``single`` is chosen: ``train`` run once inside a batch script
 that asked for several tasks (SLURM_NTASKS > 1, no SLURM_STEP_ID). It would train alone while
@@ -24,9 +28,10 @@ from __future__ import annotations
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import parse_int
+from ddpimg.topology.env_contract import EnvContractSource
 from ddpimg.topology.hostlist import expand_hostlist
 from ddpimg.topology.model import Env, RankSource, Topology
-from ddpimg.topology.mpi import MPICH, MVAPICH, OPENMPI, PALS, PMIX
+from ddpimg.topology.mpi import MPI_SOURCES
 from ddpimg.topology.port import derive_port
 from ddpimg.topology.single import SingleSource
 from ddpimg.topology.slurm import SlurmSource, in_slurm_step
@@ -35,11 +40,8 @@ from ddpimg.topology.torchrun import TorchrunSource
 
 RANK_SOURCES: tuple[RankSource, ...] = (
     TorchrunSource(),
-    OPENMPI,
-    MVAPICH,
-    MPICH,
-    PALS,
-    PMIX,
+    EnvContractSource(),
+    *MPI_SOURCES,
     SlurmSource(),
     SingleSource(),
 )

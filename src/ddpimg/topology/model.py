@@ -8,7 +8,7 @@ from typing import Protocol
 
 Env = Mapping[str, str]
 
-SOURCES = ("torchrun", "openmpi", "mpich", "pmix", "mvapich", "pals", "slurm", "single")
+SOURCES = ("torchrun", "env", "openmpi", "mpich", "pmix", "mvapich", "pals", "slurm", "single")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Topology:
     master_port: int | None = None
     job_key: str = ""
     job_id: str = ""
+    # How values the launcher did not give were derived, for ``ddpimg env --explain``.
+    notes: tuple[str, ...] = ()
 
     def host_of_rank(self, rank: int) -> str | None:
         """The node a rank runs on under block distribution, or None when unknown."""

@@ -239,3 +239,7 @@ PALS = MpiSource(
     ),
 )
 PMIX = MpiSource("pmix", MpiVariables(rank="PMIX_RANK", layout=None))
+
+# In detection order: MVAPICH also sets PMI_RANK (so it precedes MPICH), Open MPI also sets
+# PMIX_RANK (so it precedes PMIx).
+MPI_SOURCES = (OPENMPI, MVAPICH, MPICH, PALS, PMIX)

@@ -4,9 +4,10 @@ Rank 0 of 1 on node 0 of 1. The host list is unknown and ``master_node`` is "", 
 profile's rule decides the rendezvous address (normally the loopback). An exported
 MASTER_ADDR / MASTER_PORT wins, as for every source.
 
-A WORLD_SIZE above 1 without any launcher's markers means a hand-made multi-process launch
-that ddpimg cannot place (which rank is this one?); it is refused rather than silently run
-as a single process.
+A WORLD_SIZE above 1 without any launcher's markers, and without the rest of the env://
+contract (``topology/env_contract.py``), means a hand-made multi-process launch that ddpimg
+cannot place (which rank is this one?); it is refused rather than silently run as a single
+process.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import batch_job_id, read_master, read_optional_int
 from ddpimg.topology.consistency import check_topology
+from ddpimg.topology.env_contract import CONTRACT
 from ddpimg.topology.model import Env, Topology
 
 NAME = "single"
@@ -30,11 +32,14 @@ class SingleSource:
     def resolve(self, env: Env) -> Topology:
         world_size = read_optional_int(env, "WORLD_SIZE", NAME)
         if world_size is not None and world_size > 1:
+            missing = [name for name in CONTRACT if name not in env]
             raise LauncherError(
                 f"{NAME}: WORLD_SIZE={world_size} is set, but no launcher (torchrun, srun, "
-                "mpirun) started this process, so its rank is unknown",
-                "launch the processes with torchrun, srun or mpirun, or unset WORLD_SIZE "
-                "to run one process",
+                f"mpirun) started this process and {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set, so its rank is unknown",
+                "launch the processes with torchrun, srun or mpirun; or export all of "
+                f"{', '.join(CONTRACT)} for each process (the env:// contract); or unset "
+                "WORLD_SIZE to run one process",
             )
         master = read_master(env, NAME)
         topology = Topology(

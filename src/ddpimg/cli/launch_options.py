@@ -1,0 +1,53 @@
+"""Launch options that several commands share, declared once."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+# The old launchers pass the local rank as an argument: torch.distributed.launch (without
+# --use-env) as --local-rank=N, DeepSpeed's launcher as --local_rank=N.
+LOCAL_RANK_OPTIONS = ("--local-rank", "--local_rank")
+
+
+class _RememberSpelling(argparse.Action):
+    """Store the value and the spelling it came with (``local_rank_option``), so that
+    ``train --script`` passes it on to the user's script the way the launcher wrote it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.local_rank_option = option_string
+
+
+def add_local_rank_argument(parser: argparse.ArgumentParser | Any) -> None:
+    """``--local-rank N`` / ``--local-rank=N`` / ``--local_rank=N``: accepted, and checked
+    against the local rank resolved from the launcher's variables."""
+    parser.add_argument(
+        *LOCAL_RANK_OPTIONS,
+        dest="local_rank",
+        type=int,
+        default=None,
+        metavar="N",
+        action=_RememberSpelling,
+        help="the local rank as torch.distributed.launch or DeepSpeed's launcher pass it; "
+        "must agree with LOCAL_RANK",
+    )
+    parser.set_defaults(local_rank_option=None)
+
+
+def add_nproc_argument(parser: argparse.ArgumentParser | Any) -> None:
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start N local workers through torchrun's launcher API (laptops, CI, or one "
+        "task per node under srun)",
+    )

@@ -1,0 +1,100 @@
+"""``--nproc-per-node N``: this process becomes the node's launcher and starts N workers
+through torch.distributed.launcher's API (the same agent as torchrun), for ``train`` and
+``ddpimg doctor`` alike."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from ddpimg import exitcodes
+from ddpimg.errors import LauncherError
+from ddpimg.plan import RANK_VARIABLES, LaunchPlan
+
+# The signals torch elastic's agent handles (its default) by shutting the workers down.
+ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def strip_nproc(argv: Sequence[str]) -> list[str]:
+    """The command line without ``--nproc-per-node N``: what each local worker runs."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--script":
+            out.extend(argv[i:])
+            break
+        if arg == "--nproc-per-node":
+            skip = True
+            continue
+        if arg.startswith("--nproc-per-node="):
+            continue
+        out.append(arg)
+    return out
+
+
+def launch_local_workers(
+    plan: LaunchPlan,
+    nproc: int,
+    program: Sequence[str],
+    timeout_s: float,
+    preempt_signals: Sequence[str] = (),
+) -> int:
+    """One launcher per node (this process) starts ``nproc`` workers running ``python
+    PROGRAM`` with the static rendezvous; the launcher's own rank and world size become the
+    node rank and node count. ``preempt_signals`` (names without SIG) go to the workers
+    instead of stopping them. Returns the first failing worker's exit status, else 0."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from ddpimg import runtime
+    from ddpimg.train.preemption import forward_to_children
+
+    topo = plan.topology
+    if topo.local_world_size > 1:
+        raise LauncherError(
+            f"--nproc-per-node {nproc} with {topo.local_world_size} tasks on this "
+            f"node ({topo.source}): each task would start its own workers",
+            hint="run one task per node (srun --ntasks-per-node=1) with --nproc-per-node, or "
+            "drop --nproc-per-node and let srun start one task per GPU",
+        )
+    runtime.check_interfaces(plan)
+    master = runtime.apply_plan(plan)
+    for name in RANK_VARIABLES:  # the launcher's own placement must not leak into workers
+        os.environ.pop(name, None)
+    # torch elastic's agent turns the signals it handles into a shutdown of the workers that
+    # loses their exit statuses; the preemption signals go to the workers instead, which
+    # checkpoint and exit with status 75, and the agent reports that status.
+    forward_to_children(preempt_signals)
+    port = runtime.rendezvous_port(plan)
+    # The agent's log directory (workers' error files). Without one, torch makes a
+    # /tmp/torchelastic_* directory per launch and leaves it behind; this one is removed.
+    log_dir = tempfile.TemporaryDirectory(prefix="ddpimg-workers-")
+    config = LaunchConfig(
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir.name),
+        min_nodes=topo.world_size,
+        max_nodes=topo.world_size,
+        nproc_per_node=nproc,
+        run_id=topo.job_key or f"ddpimg-{os.getpid()}",
+        rdzv_backend="static",
+        rdzv_endpoint=f"{master}:{port}",
+        rdzv_configs={"rank": topo.rank, "timeout": int(timeout_s)},
+        max_restarts=0,
+        monitor_interval=0.5,
+        signals_to_handle=",".join(
+            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in preempt_signals
+        ),
+    )
+    try:
+        elastic_launch(config, sys.executable)(*program)
+    except ChildFailedError as err:
+        codes = [failure.exitcode for failure in err.failures.values()]
+        return next((c for c in codes if c > 0), exitcodes.TRAINING_FAILED)
+    finally:
+        log_dir.cleanup()
+    return exitcodes.OK
