@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from ddpimg.errors import LauncherError
-from ddpimg.plan import build_plan
+from ddpimg.plan import build_plan, check_local_rank_flag
+from ddpimg.topology import resolve_topology
 
 SRUN_TASK_1 = {
     "SLURM_JOB_ID": "123",
@@ -126,3 +127,56 @@ def test_profile_given_by_path(tmp_path: Path) -> None:
     path.write_text('[site]\nname = "mysite"\n[network]\nmaster_addr = "{node}-ib"\n')
     plan = build_plan(SRUN_TASK_1, "h", site=str(path))
     assert plan.master_addr == "r01g03-ib"
+
+
+DEEPSPEED_WORKER_1 = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_SIZE": "2",
+    "CROSS_RANK": "0",
+    "CROSS_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "message"),
+    [
+        (DEEPSPEED_WORKER_1, 1, None),
+        (DEEPSPEED_WORKER_1, None, None),
+        (DEEPSPEED_WORKER_1, 0, r"^--local-rank=0 disagrees with LOCAL_RANK=1\n"),
+        # No LOCAL_RANK: the resolved local rank is what the flag must match.
+        (SRUN_TASK_1, 1, None),
+        (SRUN_TASK_1, 3, r"^--local-rank=3 disagrees with the local rank 1 that slurm gives\n"),
+        # A stale LOCAL_RANK equal to the flag does not hide a step that says otherwise.
+        (SRUN_TASK_1 | {"LOCAL_RANK": "0"}, 0,
+         r"^--local-rank=0 disagrees with the local rank 1 that slurm gives\n"),
+    ],
+)  # fmt: skip
+def test_local_rank_flag(env: dict[str, str], flag: int | None, message: str | None) -> None:
+    topology = resolve_topology(env)
+    if message is None:
+        check_local_rank_flag(topology, flag, env)
+        return
+    with pytest.raises(LauncherError, match=message) as caught:
+        check_local_rank_flag(topology, flag, env)
+    assert "drop --local-rank" in (caught.value.hint or "")
+
+
+def test_explain_names_exported_rank_variables_a_launch_replaces() -> None:
+    env = SRUN_TASK_1 | {"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}
+    notes = build_plan(env, "r01g03", site="generic").notes
+    assert "RANK=0: replaced by 1 from the slurm launch" in notes
+    assert "LOCAL_RANK=0: replaced by 1 from the slurm launch" in notes
+    assert not any(note.startswith("WORLD_SIZE=") for note in notes)  # it agrees
+
+
+def test_explain_carries_the_derivations_of_the_env_source() -> None:
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    plan = build_plan(env, "laptop", site="generic")
+    assert plan.notes[0] == "source=env"
+    assert "local_world_size=2: derived (WORLD_SIZE: MASTER_ADDR is this machine)" in plan.notes
+    assert dict(plan.exports)["MASTER_ADDR"] == "127.0.0.1"
+    assert plan.master_port == 29500

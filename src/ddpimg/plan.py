@@ -144,12 +144,15 @@ def _interface_exports(profile: SiteProfile) -> dict[str, str]:
 def check_local_rank_flag(topology: Topology, flag: int | None, env: Mapping[str, str]) -> None:
     """Refuse a ``--local-rank`` (as torch.distributed.launch and DeepSpeed's launcher pass it)
     that disagrees with the local rank resolved from the launcher's variables."""
-    if flag is None or flag == topology.local_rank:
+    if flag is None:
         return
-    if "LOCAL_RANK" in env and env["LOCAL_RANK"].strip() != str(flag):
-        found = f"LOCAL_RANK={env['LOCAL_RANK'].strip()}"
-    else:
+    exported = env.get("LOCAL_RANK", str(flag)).strip()
+    if exported != str(flag):
+        found = f"LOCAL_RANK={exported}"
+    elif flag != topology.local_rank:
         found = f"the local rank {topology.local_rank} that {topology.source} gives"
+    else:
+        return
     raise LauncherError(
         f"--local-rank={flag} disagrees with {found}",
         "the launcher passes both for the same process; drop --local-rank, or look for a "

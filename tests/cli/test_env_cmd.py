@@ -117,7 +117,23 @@ def test_plain_arguments_parse_as_argparse_parses_them(argv: list[str]) -> None:
         ["--site="],
         ["--site=-x"],
         ["--keep-env", "-x"],
+        ["--local-rank=0"],
     ],
 )
 def test_other_arguments_are_left_to_argparse(argv: list[str]) -> None:
     assert env_cmd.parse_plain(argv) is None
+
+
+@pytest.mark.parametrize("spelling", [["--local-rank", "1"], ["--local-rank=1"], ["--local_rank=1"]])
+def test_local_rank_as_the_old_launchers_pass_it(spelling: list[str]) -> None:
+    env = {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "2"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29732"}
+    proc = ddpimg("env", "--json", *spelling, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["local_rank"] == 1
+
+
+def test_a_local_rank_that_disagrees_is_an_error_naming_both() -> None:
+    proc = ddpimg("env", "--local_rank=0", env={"LOCAL_RANK": "1"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ddpimg: error: --local-rank=0 disagrees with LOCAL_RANK=1\n")

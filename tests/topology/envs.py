@@ -99,6 +99,24 @@ def torchrun(
     }
 
 
+def deepspeed_launcher(
+    rank: int, *, num_gpus: int = 2, nnodes: int = 1, master: str = "127.0.0.1"
+) -> dict[str, str]:
+    """Worker ``rank`` of DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.19):
+    ``deepspeed --num_gpus 2``; its workers get no TORCHELASTIC_* or GROUP_* variables."""
+    return SHELL | {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % num_gpus),
+        "WORLD_SIZE": str(num_gpus * nnodes),
+        "LOCAL_SIZE": str(num_gpus),
+        "CROSS_RANK": str(rank // num_gpus),
+        "CROSS_SIZE": str(nnodes),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": "29500",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
 def ompi(rank: int, *, size: int = 4, local_size: int = 2) -> dict[str, str]:
     """Rank ``rank`` of Open MPI 4.1's ``mpirun -np 4 --map-by slot`` (as seen on Debian 12)."""
     return SHELL | {

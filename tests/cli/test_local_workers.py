@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpimg.cli.train_cmd import strip_nproc
+from ddpimg.cli.local_workers import strip_nproc
 
 
 @pytest.mark.parametrize(
