@@ -124,7 +124,9 @@ def test_other_arguments_are_left_to_argparse(argv: list[str]) -> None:
     assert env_cmd.parse_plain(argv) is None
 
 
-@pytest.mark.parametrize("spelling", [["--local-rank", "1"], ["--local-rank=1"], ["--local_rank=1"]])
+@pytest.mark.parametrize(
+    "spelling", [["--local-rank", "1"], ["--local-rank=1"], ["--local_rank=1"]]
+)
 def test_local_rank_as_the_old_launchers_pass_it(spelling: list[str]) -> None:
     env = {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "2"}
     env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29732"}
