@@ -10,6 +10,7 @@ mutate them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.slurm import LocalSlurm
+from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, summary, train_losses
 
 OUTSIDE_PREFIXES = ("SLURM_", "OMPI_", "PMI")
 RUN_DEFAULTS = {
@@ -56,3 +58,33 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlu
 def slurm_env(run_env: dict[str, str], slurm_cluster: LocalSlurm) -> dict[str, str]:
     """``run_env`` with the private cluster's variables: srun/sbatch reach that cluster."""
     return run_env | slurm_cluster.env
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -> list[float]:
+    """One process, no launcher: the trajectory every launcher must reproduce."""
+    out = tmp_path_factory.mktemp("single")
+    run([command("train"), *QUICK_TRAIN, "--out", str(out)], run_env)
+    losses = train_losses(out)
+    assert len(losses) == 8
+    assert summary(out)["world_size"] == 1
+    return losses
+
+
+@pytest.fixture(scope="session")
+def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
+    """``run_env`` with a DeepSpeed op cache of this interpreter's own, already built.
+
+    DeepSpeed JIT-compiles its CPU communication op on first use (minutes on 2 busy cores)
+    into TORCH_EXTENSIONS_DIR, and compiles it again whenever the directory was last used
+    with other include paths (another virtual environment) or another ninja (PATH with or
+    without the venv's): the default ``~/.cache/torch_extensions`` is shared by all of
+    them. A directory per interpreter, built here once, keeps compiler runs out of every
+    test's timeout.
+    """
+    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    cache = Path.home() / ".cache" / "ddpimg-tests" / "torch_extensions" / key
+    env = run_env | {"TORCH_EXTENSIONS_DIR": str(cache)}
+    build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+    run([PYTHON, "-c", build], env, timeout=900)
+    return env

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from ddpimg.train.startup import PHASES
 
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -20,6 +25,11 @@ QUICK_TRAIN = [
     "--global-batch-size", "64", "--train-samples", "2048", "--eval-samples", "512",
     "--seed", "7",
 ]  # fmt: skip
+
+
+# Relative tolerance of a multi-process trajectory against one process's (fp32 on the CPU,
+# gradients summed in another order).
+REL = 1e-4
 
 
 def command(name: str) -> str:
@@ -77,3 +87,37 @@ def assert_close(actual: list[float], expected: list[float], rel: float, what: s
     assert len(actual) == len(expected), f"{what}: {len(actual)} steps vs {len(expected)}"
     for step, (a, e) in enumerate(zip(actual, expected, strict=True), start=1):
         assert math.isclose(a, e, rel_tol=rel), f"{what}: step {step}: {a!r} vs {e!r} (rel {rel})"
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback right now, for launchers that take one
+    (torch.distributed.launch, deepspeed, torchrun's c10d endpoint)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_run(out: Path, reference: list[float], world_size: int, rel: float = REL) -> None:
+    """A completed run of ``world_size`` ranks whose losses fall and match ``reference``."""
+    losses = train_losses(out)
+    assert summary(out)["world_size"] == world_size
+    assert losses[-1] < losses[0], f"loss did not go down: {losses}"
+    assert any(m["kind"] == "eval" for m in read_metrics(out))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    check_startup(manifest["startup"])
+    assert_close(losses, reference, rel, f"{out.name} vs one process")
+
+
+def check_startup(report: dict[str, Any]) -> None:
+    """Rank 0 timed every phase up to its first step, whichever launcher started it."""
+    phases = [report[f"{phase}_s"] for phase in PHASES]
+    assert all(isinstance(s, float) and s >= 0 for s in phases), report
+    assert sum(phases) == pytest.approx(report["total_s"], abs=1e-3)
+    assert set(report["marks"]) == set(PHASES)
+
+
+def run_info(out: Path) -> dict[str, Any]:
+    """What rank 0 resolved (manifest.json's run_info: source, master, backend, ...)."""
+    info: dict[str, Any] = json.loads((out / "manifest.json").read_text())["run_info"]
+    return info

@@ -8,52 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ddpimg.train.startup import PHASES
-from tests.integration.runs import (
-    QUICK_TRAIN,
-    assert_close,
-    command,
-    read_metrics,
-    run,
-    summary,
-    train_losses,
-)
-
-REL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -> list[float]:
-    """One process, no launcher: the trajectory every launcher must reproduce."""
-    out = tmp_path_factory.mktemp("single")
-    run([command("train"), *QUICK_TRAIN, "--out", str(out)], run_env)
-    losses = train_losses(out)
-    assert len(losses) == 8
-    assert summary(out)["world_size"] == 1
-    return losses
-
-
-def check_run(out: Path, reference: list[float], world_size: int, rel: float = REL) -> None:
-    losses = train_losses(out)
-    assert summary(out)["world_size"] == world_size
-    assert losses[-1] < losses[0], f"loss did not go down: {losses}"
-    assert any(m["kind"] == "eval" for m in read_metrics(out))
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "completed"
-    check_startup(manifest["startup"])
-    assert_close(losses, reference, rel, f"{out.name} vs one process")
-
-
-def check_startup(report: dict[str, Any]) -> None:
-    """Rank 0 timed every phase up to its first step, whichever launcher started it."""
-    phases = [report[f"{phase}_s"] for phase in PHASES]
-    assert all(isinstance(s, float) and s >= 0 for s in phases), report
-    assert sum(phases) == pytest.approx(report["total_s"], abs=1e-3)
-    assert set(report["marks"]) == set(PHASES)
+from tests.integration.runs import QUICK_TRAIN, check_run, command, run
 
 
 @pytest.mark.torchrun

@@ -8,9 +8,7 @@ most jobs use two of them. ``run_env`` is the integration tests' base environmen
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +16,10 @@ import pytest
 
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.netns import NamespaceCluster
-from tests.integration.conftest import run_env
-from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, train_losses
+from tests.integration.conftest import deepspeed_env, run_env
+from tests.integration.runs import QUICK_TRAIN, command, run, train_losses
 
-__all__ = ["run_env"]
+__all__ = ["deepspeed_env", "run_env"]
 
 NUM_NODES = 3
 PROFILES = Path(__file__).parent / "profiles"
@@ -75,22 +73,3 @@ def reference_losses(
     out = tmp_path_factory.mktemp("reference")
     run([command("train"), *QUICK_TRAIN, "--out", str(out)], run_env, timeout=RUN_LIMIT_S)
     return train_losses(out)
-
-
-@pytest.fixture(scope="session")
-def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
-    """``run_env`` with a DeepSpeed op cache of this interpreter's own, already built.
-
-    DeepSpeed JIT-compiles its CPU communication op on first use (minutes on 2 busy cores)
-    into TORCH_EXTENSIONS_DIR, and compiles it again whenever the directory was last used
-    with other include paths (another virtual environment) or another ninja (PATH with or
-    without the venv's): the default ``~/.cache/torch_extensions`` is shared by all of
-    them. A directory per interpreter, built here once, keeps compiler runs out of every
-    test's timeout.
-    """
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    cache = Path.home() / ".cache" / "ddpimg-tests" / "torch_extensions" / key
-    env = run_env | {"TORCH_EXTENSIONS_DIR": str(cache)}
-    build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
-    run([PYTHON, "-c", build], env, timeout=900)
-    return env
