@@ -110,6 +110,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     import torch  # noqa: F401  (its import time is a startup phase of its own)
 
     from ddpimg import runtime
+    from ddpimg.runtime.flight_recorder import TRACE_DIR
     from ddpimg.train import run_training
 
     startup.mark("imports")
@@ -125,6 +126,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             backend=args.backend,
             timeout_s=args.timeout,
             devices_per_rank=config.devices_per_rank,
+            trace_dir=str(config.out / TRACE_DIR),
         )
         startup.mark("process_group")
         finished = False
