@@ -221,3 +221,20 @@ def test_real_probe_on_a_gpu() -> None:
     assert gpu.capability is not None
     assert gpu.driver_cuda is not None
     require_compatible(probe)  # the test environment's torch runs on its own GPU
+
+
+def test_initialize_stops_before_the_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    pytest.importorskip("torch")
+    from ddpimg import runtime
+    from ddpimg.plan import build_plan
+
+    opened: list[object] = []
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(runtime, "open_store", lambda *args, **kwargs: opened.append(args))
+    monkeypatch.setattr(runtime, "TorchProbe", lambda: FakeProbe(MI250X, CUDA13))
+    plan = build_plan({}, "h", site="local")
+    with pytest.raises(HardwareError, match="is an AMD GPU, but this image's torch is a CUDA"):
+        runtime.initialize(plan, timeout_s=5)
+    assert opened == []
