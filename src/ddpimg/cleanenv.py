@@ -109,14 +109,20 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(matches_pattern(name, pattern) for pattern in patterns)
 
 
-def _runtime_library_path(value: str) -> str:
+def _runtime_library_path(value: str, extra_dirs: tuple[str, ...] = ()) -> str:
+    dirs = RUNTIME_LIBRARY_DIRS + extra_dirs
     kept = [
         entry
         for entry in value.split(":")
-        if entry
-        and any(entry.rstrip("/") == d or entry.startswith(d + "/") for d in RUNTIME_LIBRARY_DIRS)
+        if entry and any(entry.rstrip("/") == d or entry.startswith(d + "/") for d in dirs)
     ]
     return ":".join(kept)
+
+
+def _with_library_dirs(value: str, library_dirs: tuple[str, ...]) -> str:
+    """``value`` with the site's fabric library directories in front (once each)."""
+    entries = [entry for entry in value.split(":") if entry]
+    return ":".join([*(d for d in library_dirs if d not in entries), *entries])
 
 
 def parse_keep_list(value: str) -> tuple[str, ...]:
@@ -128,13 +134,22 @@ def clean_environment(
     env: Mapping[str, str],
     extra_remove: Iterable[str] = (),
     keep: Iterable[str] = (),
+    library_dirs: Iterable[str] = (),
 ) -> CleanEnvironment:
-    """Decide which host variables the training process loses. Pure."""
+    """Decide which host variables the training process loses. Pure.
+
+    ``library_dirs`` (the profile's ``fabric.library_paths``) are kept on LD_LIBRARY_PATH
+    and put in front when missing: the dynamic linker reads LD_LIBRARY_PATH when a process
+    starts, so the change takes the same re-exec as a removal.
+    """
     remove_patterns = DEFAULT_REMOVE + tuple(extra_remove)
     keep_patterns = ALWAYS_KEEP + tuple(keep)
+    fabric_dirs = tuple(library_dirs)
     removed: list[str] = []
     rewritten: list[tuple[str, str]] = []
     for name in sorted(env):
+        if name == "LD_LIBRARY_PATH" and fabric_dirs:
+            continue  # below
         if _matches(name, keep_patterns) or not _matches(name, remove_patterns):
             continue
         if name == "LD_LIBRARY_PATH":
@@ -144,4 +159,15 @@ def clean_environment(
             if kept:
                 rewritten.append((name, kept))
         removed.append(name)
-    return CleanEnvironment(removed=tuple(removed), rewritten=tuple(rewritten))
+    if fabric_dirs:
+        value = env.get("LD_LIBRARY_PATH", "")
+        host_kept = _matches("LD_LIBRARY_PATH", keep_patterns) or not _matches(
+            "LD_LIBRARY_PATH", remove_patterns
+        )
+        base = value if host_kept else _runtime_library_path(value, fabric_dirs)
+        if base != value:
+            removed.append("LD_LIBRARY_PATH")  # host entries dropped
+        wanted = _with_library_dirs(base, fabric_dirs)
+        if wanted != value:
+            rewritten.append(("LD_LIBRARY_PATH", wanted))
+    return CleanEnvironment(removed=tuple(sorted(removed)), rewritten=tuple(rewritten))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ddpimg.cleanenv import CleanEnvironment, clean_environment, parse_keep_list
 from ddpimg.errors import LauncherError
+from ddpimg.site.fabric import explain_fabric
 from ddpimg.site.master import apply_master_rule
 from ddpimg.site.model import SiteProfile
 from ddpimg.site.select import select_profile
@@ -198,13 +199,24 @@ def build_plan(
         *_replaced_exports(env, topology),
         f"site={profile.name} ({selection.reason})",
     ]
+    notes += explain_fabric(profile)
     master_addr = _master_addr(topology, profile, notes)
     master_port = _master_port(topology, profile, notes)
 
     keep_patterns = keep + parse_keep_list(env.get("DDPIMG_KEEP_ENV", "")) + profile.keep
-    clean = clean_environment(env, extra_remove=profile.remove, keep=keep_patterns)
+    clean = clean_environment(
+        env,
+        extra_remove=profile.remove,
+        keep=keep_patterns,
+        library_dirs=profile.fabric.library_paths,
+    )
 
-    site_exports = {**_interface_exports(profile), **dict(profile.exports)}
+    # The profile's [env] wins over its [fabric] variables, which win over the interfaces.
+    site_exports = {
+        **_interface_exports(profile),
+        **dict(profile.fabric.env),
+        **dict(profile.exports),
+    }
     exports: dict[str, str] = {}
     for name, value in sorted(site_exports.items()):
         if name in env and name not in clean.removed and env[name] != value:

@@ -76,7 +76,10 @@ def test_errors_exit_2_and_render_nothing() -> None:
 def test_submit_refuses_a_missing_image(tmp_path: Path) -> None:
     proc = ddpimg("--site", "puhti", *JOB, "--submit", "--", "train", cwd=tmp_path)
     assert proc.returncode == 2
-    assert f"ddpimg: error: image file ddp.sif does not exist (from {tmp_path})" in proc.stderr
+    assert (
+        f"ddpimg: error: image file ddp-gpu-cu128.sif does not exist (from {tmp_path})"
+        in proc.stderr
+    )
 
 
 def test_submit_without_sbatch_on_path(tmp_path: Path) -> None:

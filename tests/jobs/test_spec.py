@@ -151,10 +151,22 @@ def test_output_pattern(flags: dict[str, Any], output: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("runtime", "image"), [("apptainer", "ddp.sif"), ("docker", "ddpimg:cpu"), ("none", "")]
+    ("site", "flags", "image"),
+    [
+        # the site's [hardware] build picks the flavour: Puhti's V100s need CUDA 12.8
+        ("puhti", {"runtime": "apptainer"}, "ddp-gpu-cu128.sif"),
+        ("puhti", {"runtime": "docker"}, "ddpimg:gpu-cu128"),
+        ("mahti", {"runtime": "apptainer"}, "ddp.sif"),
+        ("mahti", {"runtime": "docker"}, "ddpimg:gpu"),
+        ("puhti", {"runtime": "docker", "gpu_request": "none"}, "ddpimg:cpu"),
+        ("generic", {"runtime": "apptainer", "gpus_per_node": 4}, "ddp.sif"),
+        ("puhti", {"runtime": "none"}, ""),
+    ],
 )
-def test_default_image_follows_the_runtime(runtime: str, image: str) -> None:
-    assert spec_for(runtime=runtime).image == image
+def test_default_image_follows_the_runtime_and_flavour(
+    site: str, flags: dict[str, Any], image: str
+) -> None:
+    assert spec_for(site, **flags).image == image
 
 
 def test_flag_values_keeps_only_given_flags() -> None:

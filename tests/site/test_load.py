@@ -127,7 +127,10 @@ def test_unknown_section_suggests_the_closest(write_profile: WriteProfile) -> No
     assert str(path) in caught.value.message
     assert caught.value.hint is not None
     assert "did you mean [network]?" in caught.value.hint
-    assert "[clean], [env], [job], [match], [network], [site]" in caught.value.hint
+    assert (
+        "[clean], [env], [fabric], [hardware], [job], [match], [network], [site]"
+        in caught.value.hint
+    )
 
 
 def test_unknown_key_is_dotted_with_suggestion_and_known_keys(

@@ -192,9 +192,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     import torch.distributed as dist
 
     from ddpimg import runtime
+    from ddpimg.runtime import nccl_debug
+    from ddpimg.runtime.device import default_backend
 
     device = _bind(report)
     report.device = str(device)
+    backend = default_backend(device, args.backend or plan.site.backend)
+    nccl_log = nccl_debug.start(backend, report.rank)
     try:
         ctx = runtime.initialize(plan, backend=args.backend, timeout_s=args.timeout, device=device)
     except ProfileError as err:
@@ -205,6 +209,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if wrong:
             report.problems.append(wrong)
         busbw = measure_bus_bandwidth(device, ctx.world_size)
+        transport, problems = nccl_debug.finish(nccl_log, backend, plan, busbw, report.shm_gib)
+        report.problems += problems
         rows: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(rows, asdict(report))
         failed = any(row["problems"] for row in rows)
@@ -218,6 +224,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             print(
                 f"all-reduce: {'FAILED' if failed else 'correct'}; bus bandwidth {busbw:.2f} GB/s"
             )
+            print(transport)
             for row in rows:
                 for problem in row["problems"]:
                     print(f"problem: rank {row['rank']} on {row['host']}: {problem}")

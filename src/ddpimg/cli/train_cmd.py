@@ -102,6 +102,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     import torch  # noqa: F401  (its import time is a startup phase of its own)
 
     from ddpimg import runtime
+    from ddpimg.runtime.flight_recorder import TRACE_DIR
     from ddpimg.train import run_training
 
     startup.mark("imports")
@@ -117,6 +118,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             backend=args.backend,
             timeout_s=args.timeout,
             devices_per_rank=config.devices_per_rank,
+            trace_dir=str(config.out / TRACE_DIR),
         )
         startup.mark("process_group")
         finished = False
@@ -144,6 +146,7 @@ def exec_script(plan: LaunchPlan, path: str, args: list[str]) -> NoReturn:
             f"--script {path}: no such file", hint="give the path of a Python script"
         )
     runtime.check_interfaces(plan)
+    runtime.check_hardware(plan)
     extra = script_exports(plan, os.environ)
     runtime.apply_plan(plan, publish_master=False)
     os.environ.update(extra)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
+from ddpimg.jobs.flavour import flavour_mismatch
 from ddpimg.jobs.spec import DEFAULT, JobError, JobSpec, counted
 from ddpimg.site.model import SiteProfile
 
@@ -42,6 +43,7 @@ def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> l
         *_check_layout(spec),
         *_check_time(spec),
         *_check_image(spec, submit),
+        *_check_flavour(spec, profile),
         *_check_output(spec),
     ]
     return sorted(findings, key=lambda finding: finding.level != ERROR)
@@ -244,6 +246,13 @@ def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
             )
         ]
     return []
+
+
+def _check_flavour(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    if spec.runtime == "none" or not spec.gpus_requested:
+        return []
+    mismatch = flavour_mismatch(spec.image, profile.hardware)
+    return [_warning(*mismatch)] if mismatch else []
 
 
 def _check_output(spec: JobSpec) -> list[Finding]:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from ddpimg import exitcodes
 from ddpimg.jobs.command import TrainCommand, shell_words
 from ddpimg.jobs.spec import JobSpec, counted
+from ddpimg.site.fabric import split_bind
 from ddpimg.site.model import SiteProfile
 from ddpimg.topology.slurm import SLURM_VARIABLES
 
@@ -250,7 +251,7 @@ def _runtime(spec: JobSpec) -> list[list[str]]:
             envs[i : i + DOCKER_ENV_PER_LINE] for i in range(0, len(envs), DOCKER_ENV_PER_LINE)
         ]
         volumes = ['--volume "${PWD}:${PWD}"', '--workdir "${PWD}"']
-        volumes += [f"--volume {shlex.quote(f'{path}:{path}')}" for path in spec.binds]
+        volumes += [f"--volume {shlex.quote(':'.join(split_bind(path)))}" for path in spec.binds]
         return [run, *env_lines, [*volumes, image]]
     return []
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.jobs.flavour import default_image
 from ddpimg.site.model import JobDefaults, SiteProfile
 from ddpimg.site.select import select_profile
 
@@ -357,9 +358,10 @@ def resolve_job(
     for name in flags:
         if name not in FIELD_BY_NAME:
             raise TypeError(f"resolve_job: no job field named {name!r}")
-    layers: list[tuple[str, Mapping[str, Any]]] = [
-        (f"site {profile.name}", _profile_values(profile.job))
-    ]
+    site_values = _profile_values(profile.job)
+    if profile.fabric.binds:  # the fabric's host paths come with the site's file systems
+        site_values["binds"] = (*site_values.get("binds", ()), *profile.fabric.binds)
+    layers: list[tuple[str, Mapping[str, Any]]] = [(f"site {profile.name}", site_values)]
     if job_file is not None:
         layers.append((job_file.path, {k: v for k, v in job_file.values.items() if k != "site"}))
     layers.append((FLAG, flags))
@@ -393,7 +395,9 @@ def resolve_job(
             hint="pass --nodes N, or nodes = N in the job file",
         )
     if not values["image"]:
-        values["image"] = DEFAULT_IMAGES[values["runtime"]]
+        gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
+        flavour = default_image(values["runtime"], profile.hardware, gpus)
+        values["image"] = flavour or DEFAULT_IMAGES[values["runtime"]]
     if not values["ntasks_per_node"]:
         per_gpu = values["launch"] == "srun"
         values["ntasks_per_node"] = max(values["gpus_per_node"], 1) if per_gpu else 1

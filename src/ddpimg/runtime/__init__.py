@@ -10,9 +10,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import LauncherError, ProfileError
+from ddpimg.hardware.compat import TorchProbe, require_compatible
 from ddpimg.plan import LaunchPlan, short_hostname
 from ddpimg.runtime.context import DistContext
 from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend
+from ddpimg.runtime.fabric import check_fabric_paths
+from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
@@ -36,6 +39,13 @@ def check_interfaces(plan: LaunchPlan) -> None:
             f"{short_hostname()} has only: {', '.join(interface_names())}",
             hint="pick the right profile with --site, or fix network.interfaces in it",
         )
+
+
+def check_hardware(plan: LaunchPlan) -> None:
+    """Before any rank meets another: the site's fabric paths exist in this container, and
+    the image's torch build can drive this machine's GPU (both exit status 2)."""
+    check_fabric_paths(plan.site)
+    require_compatible(TorchProbe())
 
 
 def apply_plan(plan: LaunchPlan, *, publish_master: bool = True) -> str:
@@ -76,20 +86,25 @@ def initialize(
     timeout_s: float = 600.0,
     device: torch.device | None = None,
     devices_per_rank: int = 1,
+    *,
+    trace_dir: str | None = None,
 ) -> DistContext:
-    """Apply the plan, bind the device (unless one is given; the first of
-    ``devices_per_rank`` when a rank drives several), join, and initialise the default
-    process group."""
+    """Apply the plan, check that the image's torch can drive this GPU, bind the device
+    (unless one is given; the first of ``devices_per_rank`` when a rank drives several),
+    join, and initialise the default process group. With NCCL, the flight recorder dumps
+    into ``trace_dir`` when a collective outlives the timeout."""
     import torch.distributed as dist
     from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public re-export
 
     topo = plan.topology
     check_interfaces(plan)
     master = apply_plan(plan)
+    check_hardware(plan)
     if device is None:
         device = bind_device(topo.local_rank, topo.local_world_size, devices_per_rank)
     chosen = default_backend(device, backend or plan.site.backend)
     use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    enable_flight_recorder(chosen, trace_dir)
     port = rendezvous_port(plan)
     store = open_store(master, port, topo.rank, timeout_s, use_agent_store)
     join(

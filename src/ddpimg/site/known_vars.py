@@ -12,6 +12,12 @@ logging variables of its "Troubleshooting / Logging" page. Every name outside th
 group was also checked against the parameter names in the libnccl that torch 2.14 ships.
 Gloo reads
 ``GLOO_SOCKET_IFNAME`` and ``GLOO_DEVICE_TRANSPORT`` (PyTorch's Gloo process group).
+
+Both ``[env]`` and ``[fabric.env]`` are checked. ``FI_*`` (libfabric) and ``CXI_*`` names
+are deliberately not: libfabric's variables depend on the provider and its version
+(``fi_info -e`` lists those of the installed one), so a fixed list would warn about valid
+names. The shipped profiles use ``NCCL_NET``, ``NCCL_NET_GDR_LEVEL`` and ``NCCL_CROSS_NIC``
+from this list, plus ``FI_CXI_*``, ``FI_MR_CACHE_MONITOR`` and ``CXI_FORK_SAFE*``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 from ddpimg.errors import ProfileError
 from ddpimg.site import known_vars
-from ddpimg.site.model import JobDefaults, MatchRule, SiteProfile
+from ddpimg.site.model import Fabric, Hardware, JobDefaults, MatchRule, SiteProfile
 from ddpimg.site.schema import SCHEMA, SECTIONS, Key, section_keys
 
 if sys.version_info >= (3, 11):
@@ -128,7 +128,13 @@ def _checked(path: Path, dotted: str, value: object, spec: Key) -> Any:
 
 
 def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile:
-    fields: dict[str, dict[str, Any]] = {"": {}, "match": {}, "job": {}}
+    fields: dict[str, dict[str, Any]] = {
+        "": {},
+        "match": {},
+        "job": {},
+        "fabric": {},
+        "hardware": {},
+    }
     for dotted, value in values.items():
         group, _, field = SCHEMA[dotted].target.rpartition(".")
         fields[group][field] = value
@@ -137,22 +143,29 @@ def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile
         content_hash=content_hash,
         match=MatchRule(**fields["match"]),
         job=JobDefaults(**fields["job"]),
+        fabric=Fabric(**fields["fabric"]),
+        hardware=Hardware(**fields["hardware"]),
         **{"description": "", **fields[""]},
     )
 
 
 def _warn_unknown_exports(path: Path, profile: SiteProfile) -> None:
-    for name, _ in profile.exports:
+    for section, exports in (("env", profile.exports), ("fabric.env", profile.fabric.env)):
+        _warn_unknown(path, section, exports)
+
+
+def _warn_unknown(path: Path, section: str, exports: tuple[tuple[str, str], ...]) -> None:
+    for name, _ in exports:
         if known_vars.is_unknown(name):
             import warnings
 
             closest = known_vars.closest_known(name)
             suggestion = f"; did you mean '{closest}'?" if closest else ""
             warnings.warn(
-                f"{path}: [env] exports '{name}', which is not a known NCCL/Gloo variable"
+                f"{path}: [{section}] exports '{name}', which is not a known NCCL/Gloo variable"
                 f"{suggestion} (NCCL ignores names it does not know)",
                 ProfileWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
 

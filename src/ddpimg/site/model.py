@@ -29,6 +29,26 @@ class JobDefaults:
 
 
 @dataclass(frozen=True)
+class Fabric:
+    """The host network stack the container needs (:mod:`ddpimg.site.fabric`)."""
+
+    transport: str = ""  # "ib", "ofi", "socket", or "" (not checked)
+    binds: tuple[str, ...] = ()  # "HOST" or "HOST:TARGET", bound into the container
+    env: tuple[tuple[str, str], ...] = ()  # sorted (name, value)
+    library_paths: tuple[str, ...] = ()  # LD_LIBRARY_PATH entries inside the container
+    min_busbw_gbps: float = 0.0  # ddpimg doctor's floor for a multi-node all-reduce
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The site's GPUs and the torch build flavour (ddpimg.hardware.builds) they need."""
+
+    gpus: str = ""  # e.g. "V100"
+    arch: str = ""  # e.g. "sm_70", "gfx90a"
+    build: str = ""  # a key of ddpimg.hardware.builds.BUILDS, or "" (CPU / unknown)
+
+
+@dataclass(frozen=True)
 class SiteProfile:
     """One site's profile. ``master_addr`` is a template over ``{node}`` (the first node of the
     job, as Slurm names it) or ``interface:NAME`` (the IPv4 address of that interface on rank 0,
@@ -47,3 +67,5 @@ class SiteProfile:
     remove: tuple[str, ...] = ()  # extra host variables (fnmatch patterns) to remove
     keep: tuple[str, ...] = ()  # host variables (fnmatch patterns) never removed
     job: JobDefaults = field(default_factory=JobDefaults)
+    fabric: Fabric = field(default_factory=Fabric)
+    hardware: Hardware = field(default_factory=Hardware)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ddpimg.site.fabric import TRANSPORTS, check_binds, check_library_paths
 from ddpimg.site.master import check_master_template
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -64,6 +65,7 @@ STRING = Kind("a string", lambda value: isinstance(value, str))
 INTEGER = Kind("an integer", _is_int)
 STRING_LIST = Kind("a list of strings", _is_str_list, _to_tuple)
 PORT_PAIR = Kind("a list of two integers [low, high]", _is_port_pair, _to_tuple)
+NUMBER = Kind("a number", lambda value: _is_int(value) or isinstance(value, float), float)
 STRING_TABLE = Kind(
     'a table of strings (NAME = "value")',
     lambda value: isinstance(value, dict),
@@ -115,6 +117,30 @@ def _at_least(minimum: int) -> Callable[[int], str | None]:
     return check
 
 
+def _at_least_number(minimum: float) -> Callable[[float], str | None]:
+    def check(value: float) -> str | None:
+        return f"it must be at least {minimum:g}" if value < minimum else None
+
+    return check
+
+
+_ARCH = re.compile(r"(sm_\d+[a-z]?|gfx[0-9a-f]+)\Z")
+
+
+def _gpu_arch(value: str) -> str | None:
+    if value and not _ARCH.match(value):
+        return "write the GPU architecture as sm_XY (NVIDIA) or gfxNNN (AMD)"
+    return None
+
+
+def _build_name(value: str) -> str | None:
+    from ddpimg.hardware.builds import BUILDS
+
+    if value and value not in BUILDS:
+        return f'it must be one of {", ".join(sorted(BUILDS))}, or "" for none'
+    return None
+
+
 class Key(NamedTuple):
     """One schema entry. ``target`` is the SiteProfile field it fills: ``name``,
     ``match.<field>`` (MatchRule) or ``job.<field>`` (JobDefaults). ``check`` returns why a
@@ -150,6 +176,14 @@ SCHEMA: dict[str, Key] = {
     "job.gpu_vendor": Key(STRING, "job.gpu_vendor", choices=("nvidia", "amd")),
     "job.constraint": Key(STRING, "job.constraint"),
     "job.binds": Key(STRING_LIST, "job.binds", check=_no_empty_items),
+    "fabric.transport": Key(STRING, "fabric.transport", choices=TRANSPORTS),
+    "fabric.binds": Key(STRING_LIST, "fabric.binds", check=check_binds),
+    "fabric.env": Key(STRING_TABLE, "fabric.env", check=_env_names),
+    "fabric.library_paths": Key(STRING_LIST, "fabric.library_paths", check=check_library_paths),
+    "fabric.min_busbw_gbps": Key(NUMBER, "fabric.min_busbw_gbps", check=_at_least_number(0)),
+    "hardware.gpus": Key(STRING, "hardware.gpus"),
+    "hardware.arch": Key(STRING, "hardware.arch", check=_gpu_arch),
+    "hardware.build": Key(STRING, "hardware.build", check=_build_name),
 }
 
 SECTIONS: tuple[str, ...] = tuple(sorted({dotted.split(".", 1)[0] for dotted in SCHEMA}))

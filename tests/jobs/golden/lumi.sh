@@ -59,7 +59,7 @@ trap note_term TERM
 # --rocm makes the host's GPU driver visible inside.
 srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --rocm --bind /var/spool/slurmd,/opt/cray,/usr/lib64/libcxi.so.1,/scratch,/project,/flash ddp.sif \
+    apptainer exec --rocm --bind /var/spool/slurmd,/scratch,/project,/flash,/opt/cray,/usr/lib64/libcxi.so.1 ddp-gpu-rocm.sif \
     train mnist --epochs 5 --global-batch-size 256 --site lumi --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

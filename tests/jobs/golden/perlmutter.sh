@@ -59,7 +59,7 @@ trap note_term TERM
 # --nv makes the host's GPU driver visible inside.
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --nv --bind /pscratch,/global/cfs ddp.sif \
+    apptainer exec --nv --bind /pscratch,/global/cfs,/global/common/software/nersc9/nccl/2.19/plugin:/opt/nccl-ofi,/opt/cray/libfabric/1.20.1/lib64,/usr/lib64/libcxi.so.1 ddp.sif \
     train mnist --epochs 5 --global-batch-size 256 --site perlmutter --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 
