@@ -17,7 +17,7 @@ from tests.engines.availability import (
 
 pytest_plugins = ["pytester"]
 
-MARKERS = ("slurm", "mpi", "torchrun", "deepspeed", "docker", "multinode", "gpu")
+MARKERS = ("slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "multinode", "gpu")
 
 
 def _missing(*engines: str) -> dict[str, str]:

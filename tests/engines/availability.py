@@ -66,6 +66,12 @@ def _deepspeed() -> str | None:
     return None
 
 
+def _lightning() -> str | None:
+    if importlib.util.find_spec("lightning") is None:
+        return "lightning is not installed (requirements/train.txt)"
+    return None
+
+
 def _docker() -> str | None:
     if shutil.which("docker") is None:
         return "not on PATH: docker"
@@ -103,6 +109,7 @@ CHECKS: Mapping[str, Callable[[], str | None]] = {
     "mpi": _mpi,
     "torchrun": _torchrun,
     "deepspeed": _deepspeed,
+    "lightning": _lightning,
     "docker": _docker,
     "multinode": _multinode,
     "gpu": _gpu,

@@ -1,0 +1,86 @@
+"""A user's PyTorch Lightning script, as the CSC tutorial writes one: Trainer(strategy="ddp",
+devices=N, num_nodes=M). Each rank writes what Lightning resolved, how many steps it took
+and a checksum of its weights (equal on every rank after DDP's gradient averaging).
+
+usage: lightning_ddp.py OUT_DIR DEVICES NUM_NODES [--max-steps N] [--step-sleep S]
+                        [--requeue-signal USR2]
+
+With --requeue-signal, Lightning's SLURM auto-requeue listens to that signal (its default
+is SIGUSR1): on it, Lightning saves an "hpc" checkpoint into OUT_DIR and requeues the job
+itself; the requeued run resumes from that checkpoint.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import time
+
+import lightning as L
+import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out")
+parser.add_argument("devices", type=int)
+parser.add_argument("num_nodes", type=int)
+parser.add_argument("--max-steps", type=int, default=4)
+parser.add_argument("--step-sleep", type=float, default=0.0)
+parser.add_argument("--requeue-signal")
+args = parser.parse_args()
+
+
+class Regression(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
+        if self.global_step == 2 and self.global_rank == 0:
+            open(os.path.join(args.out, "training"), "w").close()
+        time.sleep(args.step_sleep)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+plugins = []
+if args.requeue_signal:
+    signum = getattr(signal, f"SIG{args.requeue_signal}")
+    plugins.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signum))
+generator = torch.Generator().manual_seed(0)
+data = TensorDataset(torch.randn(4096, 8, generator=generator), torch.randn(4096, 1))
+L.seed_everything(0)
+model = Regression()
+trainer = L.Trainer(
+    accelerator="cpu",
+    strategy="ddp",
+    devices=args.devices,
+    num_nodes=args.num_nodes,
+    max_steps=args.max_steps,
+    default_root_dir=args.out,
+    plugins=plugins,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
+trainer.fit(model, DataLoader(data, batch_size=16))
+report = {
+    "global_rank": trainer.global_rank,
+    "world_size": trainer.world_size,
+    "local_rank": trainer.local_rank,
+    "node_rank": trainer.node_rank,
+    "environment": type(trainer.strategy.cluster_environment).__name__,
+    "steps": trainer.global_step,
+    "checksum": float(sum(p.detach().sum() for p in model.parameters())),
+    "host": socket.gethostname(),
+    "master": os.environ.get("MASTER_ADDR", ""),
+    "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+}
+with open(os.path.join(args.out, f"rank{trainer.global_rank}.json"), "w") as file:
+    json.dump(report, file)

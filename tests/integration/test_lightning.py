@@ -1,0 +1,97 @@
+"""A user's PyTorch Lightning script (``Trainer(strategy="ddp", devices=N, num_nodes=M)``)
+under ``train --script``: with --nproc-per-node, srun and mpirun every rank trains, and the
+global ranks and world size Lightning reports are the launch's. Preemption: Lightning's
+SLURM auto-requeue, not ddpimg's, acts for a script, so a job is requeued once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.runs import command, run
+from tests.integration.test_sbatch import (
+    job_info,
+    release_requeued,
+    submit,
+    wait_for_end,
+    wait_until,
+)
+
+SCRIPT = Path(__file__).parent / "scripts" / "lightning_ddp.py"
+
+pytestmark = pytest.mark.lightning
+
+
+def reports(out: Path, world_size: int) -> list[dict[str, Any]]:
+    """Every rank's report; each trained the same steps and holds the same weights."""
+    found = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world_size)]
+    assert [r["global_rank"] for r in found] == list(range(world_size))
+    assert {r["world_size"] for r in found} == {world_size}
+    assert len({r["steps"] for r in found}) == 1
+    assert found[0]["steps"] > 0
+    assert len({r["checksum"] for r in found}) == 1, "ranks ended with different weights"
+    return found
+
+
+def lightning(out: Path, devices: int = 2, nodes: int = 1) -> list[str]:
+    return [command("train"), "--script", str(SCRIPT), str(out), str(devices), str(nodes)]
+
+
+@pytest.mark.torchrun
+def test_nproc_per_node(tmp_path: Path, run_env: dict[str, str]) -> None:
+    run([command("train"), "--nproc-per-node", "2", *lightning(tmp_path)[1:]], run_env)
+    found = reports(tmp_path, 2)
+    assert {r["environment"] for r in found} == {"TorchElasticEnvironment"}
+    assert [r["local_rank"] for r in found] == [0, 1]
+
+
+@pytest.mark.slurm
+def test_srun_one_task_per_device(tmp_path: Path, slurm_env: dict[str, str]) -> None:
+    # Plain `srun -n 2`: Lightning alone refuses it ("You set `--ntasks=2` ... HINT: Use
+    # `--ntasks-per-node=2`"); ddpimg gives the script the step's SLURM_NTASKS_PER_NODE.
+    run(["srun", "-n", "2", *lightning(tmp_path)], slurm_env)
+    found = reports(tmp_path, 2)
+    assert {r["environment"] for r in found} == {"SLURMEnvironment"}
+    # Lightning takes the rendezvous address ddpimg exported (the profile's rule).
+    assert found[0]["master"] == found[1]["master"] != ""
+
+
+@pytest.mark.mpi
+def test_mpirun(tmp_path: Path, run_env: dict[str, str]) -> None:
+    run(["mpirun", "-np", "2", *lightning(tmp_path)], run_env)
+    found = reports(tmp_path, 2)
+    assert {r["environment"] for r in found} == {"MPIEnvironment"}
+
+
+@pytest.mark.slurm
+def test_a_preempted_lightning_job_is_requeued_once_by_lightning(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    # The batch script of `ddpimg sbatch` passes USR2 on to the step near the time limit
+    # and requeues only when train exits 75 (ddpimg's trainers after a checkpoint). A
+    # script is exec'd: ddpimg installs no handler, Lightning's acts (requeue_signal=USR2:
+    # an hpc checkpoint, then `scontrol requeue`), and the batch script's own requeue never
+    # runs, so Restarts ends at 1.
+    out = tmp_path / "run"
+    out.mkdir()
+    script = [*lightning(out)[1:], "--max-steps", "60", "--step-sleep", "0.2"]
+    command_line = ["train", *script, "--requeue-signal", "USR2"]
+    job_id = submit(["--", *command_line], slurm_env, tmp_path)
+    log = tmp_path / f"ddpimg-{job_id}.out"
+    wait_until(f"{out}/training exists", (out / "training").exists, limit_s=120)
+    run(["scancel", "--signal=USR2", "--batch", job_id], slurm_env, timeout=30)
+    release_requeued(job_id, slurm_env, restarts=1)
+    info = wait_for_end(job_id, slurm_env, log)
+    text = log.read_text()
+    assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "1"), text
+    assert f"Requeued SLURM job: {job_id}" in text or "requeing job" in text, text
+    assert "ddpimg: requeueing" not in text
+    found = reports(out, 2)
+    assert {r["restart"] for r in found} == {1}
+    assert found[0]["steps"] == 60
+    assert any(out.glob("hpc_ckpt_*.ckpt")), "Lightning saved no hpc checkpoint"
+    assert job_info(job_id, slurm_env)["Restarts"] == "1"
