@@ -180,3 +180,15 @@ def test_explain_carries_the_derivations_of_the_env_source() -> None:
     assert "local_world_size=2: derived (WORLD_SIZE: MASTER_ADDR is this machine)" in plan.notes
     assert dict(plan.exports)["MASTER_ADDR"] == "127.0.0.1"
     assert plan.master_port == 29500
+
+
+@pytest.mark.parametrize(
+    ("site", "hostname", "node_addr"),
+    [("juwels-booster", "jwb0002", "jwb0002i"), ("puhti", "r01g04", "r01g04"),
+     ("palmetto", "node0042", "node0042.palmetto.clemson.edu")],
+)  # fmt: skip
+def test_node_addr_is_this_node_by_the_site_rule(site: str, hostname: str, node_addr: str) -> None:
+    # What a per-node launcher (torchrun --local_addr) gives as its own address.
+    plan = build_plan(SRUN_TASK_1, hostname, site=site)
+    assert plan.node_addr == node_addr
+    assert plan.to_json()["node_addr"] == node_addr

@@ -56,6 +56,10 @@ class LaunchPlan:
     notes: tuple[str, ...]  # how each value was decided, for --explain
 
     removed_before: tuple[str, ...] = ()  # removed by an earlier re-exec (DDPIMG_REMOVED)
+    # This node's address by the profile's rule: what the other nodes use to reach it (a
+    # per-node launcher's own address, e.g. torchrun --local-addr); "" when only known at run
+    # time (an interface rule).
+    node_addr: str = ""
 
     @property
     def removed(self) -> tuple[str, ...]:
@@ -84,6 +88,7 @@ class LaunchPlan:
             "num_nodes": t.num_nodes,
             "master_addr": self.master_addr,
             "master_port": self.master_port,
+            "node_addr": self.node_addr,
             "site": self.site.name,
             "site_path": self.site.path,
             "site_hash": self.site.content_hash,
@@ -247,6 +252,7 @@ def build_plan(
         clean=clean,
         notes=tuple(notes),
         removed_before=tuple(n for n in env.get("DDPIMG_REMOVED", "").split(",") if n),
+        node_addr=apply_master_rule(profile, hostname),
     )
 
 
