@@ -129,12 +129,39 @@ def bench(session: nox.Session) -> None:
 
 CONTAINERS = Path("containers")
 LOCK_INPUT = CONTAINERS / "requirements.in"
-# Lock name -> the index torch comes from (None: PyPI's own wheels, CUDA 13). One lock per
-# torch source, each made from LOCK_INPUT; the Dockerfile's TORCH_SOURCE picks one.
-LOCKS: dict[str, str | None] = {
-    "pypi": None,
-    "cpu": "https://download.pytorch.org/whl/cpu",
-    "cu126": "https://download.pytorch.org/whl/cu126",
+
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    """How `nox -s lock` makes containers/lock/NAME.txt from LOCK_INPUT, and what an image
+    built from it needs. The Dockerfile's TORCH_SOURCE names the lock."""
+
+    index: str | None = None  # where torch comes from; None: PyPI's own wheels
+    # Pins that replace LOCK_INPUT's (uv --override): another torch from the same input list.
+    overrides: Path | None = None
+    # GPU_BASE for the gpu flavour; None: the Dockerfile's default (CUDA 13). The CUDA base
+    # must not be newer than torch's CUDA: the NVIDIA container runtime refuses to start an
+    # image whose NVIDIA_REQUIRE_CUDA the host's driver does not meet.
+    gpu_base: str | None = None
+    tag_suffix: str = ""  # the default tag is ddpimg:FLAVOUR + this
+
+
+# The CUDA 12.8 runtime base of the V100 / pre-580-driver flavour. The digest is that of the
+# tag's multi-platform index; `docker buildx imagetools inspect TAG` shows it.
+CUDA_12_8_BASE = (
+    "nvidia/cuda:12.8.1-base-ubuntu24.04"
+    "@sha256:133c78a0575303be34164d0b90137a042172bdf60696af01a3c424ab402d86e2"
+)
+# One lock per torch build; src/ddpimg/hardware/builds.py describes each one's hardware.
+LOCKS: dict[str, Lock] = {
+    "pypi": Lock(),  # PyPI's torch as requirements/train.txt pins it: CUDA 13, no V100
+    "cpu": Lock(index="https://download.pytorch.org/whl/cpu"),
+    # PyPI's last CUDA 12.8 torch: V100 (sm 7.0) and drivers older than 580.
+    "pypi-cu128": Lock(
+        overrides=CONTAINERS / "overrides" / "pypi-cu128.txt",
+        gpu_base=CUDA_12_8_BASE,
+        tag_suffix="-cu128",
+    ),
 }
 # The oldest Python among the bases (Debian 12: 3.11; Ubuntu 24.04: 3.12): the locks are
 # universal from there on, with hashes for every platform's files.
@@ -199,10 +226,14 @@ def _bench_images(session: nox.Session, record: Path, rebuild: bool) -> bool:
     return ours
 
 
+def _default_tag(flavour: str, torch: str) -> str:
+    return f"ddpimg:{flavour}{LOCKS[torch].tag_suffix}"
+
+
 def _image_options(posargs: Sequence[str]) -> ImageBuild:
     parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
     parser.add_argument("flavour", choices=["cpu", "gpu"])
-    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR")
+    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128")
     parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: gpu pypi, cpu cpu)")
     parser.add_argument(
         "--local",
@@ -223,10 +254,11 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
     )
     parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
     ns = parser.parse_args(list(posargs))
+    torch = ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi")
     return ImageBuild(
         flavour=ns.flavour,
-        tag=ns.tag or f"ddpimg:{ns.flavour}",
-        torch=ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi"),
+        tag=ns.tag or _default_tag(ns.flavour, torch),
+        torch=torch,
         local=ns.local,
         no_cache=ns.no_cache,
         ds_build_ops=ns.ds_build_ops,
@@ -340,14 +372,17 @@ def _build_image(session: nox.Session, build: ImageBuild) -> tuple[float, int]:
     if not lock_file.is_file():
         session.error(
             f"{lock_file} does not exist: make it with `nox -s lock -- {build.torch}` where "
-            f"{LOCKS[build.torch]} is reachable, or build with --torch pypi"
+            f"{LOCKS[build.torch].index or 'PyPI'} is reachable, or build with --torch pypi"
         )
     if build.local:
         _engine(session, "start")
         _engine(session, "base", LOCAL_BASE)
     args = _source_facts() | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
+    gpu_base = LOCKS[build.torch].gpu_base
     if build.local:
         args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
+    elif gpu_base is not None and build.flavour == "gpu":
+        args["GPU_BASE"] = gpu_base
     if build.ds_build_ops:
         args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
     if build.cuda_arch_list:
@@ -402,13 +437,15 @@ def lock(session: nox.Session) -> None:
     session.install(UV)
     skipped = []
     for name in names:
-        index = LOCKS[name]
+        index, overrides = LOCKS[name].index, LOCKS[name].overrides
         command = [
             "uv", "pip", "compile", "--quiet", str(LOCK_INPUT), "--universal",
             "--python-version", LOCK_PYTHON, "--generate-hashes", "--native-tls",
             "--custom-compile-command", f"nox -s lock -- {name}",
             "--output-file", str(CONTAINERS / "lock" / f"{name}.txt"),
         ]  # fmt: skip
+        if overrides is not None:
+            command += ["--override", str(overrides)]
         if index is not None:
             reason = _unreachable(f"{index}/torch/")
             if reason is not None:
