@@ -509,36 +509,46 @@ def image_repro(session: nox.Session) -> None:
 
 @nox.session(default=False, venv_backend="none")
 def sif(session: nox.Session) -> None:
-    """Build a SIF with Apptainer: -- [gpu|cpu|standalone] (from the Docker image by default)."""
+    """Build a SIF with Apptainer: -- [gpu|cpu|standalone] [--torch LOCK] (from the Docker
+    image by default; --torch pypi-cu128: the CUDA 12.8 flavour)."""
     apptainer = shutil.which("apptainer") or shutil.which("singularity")
     if apptainer is None:
         session.skip(
             "apptainer is not installed (Debian 12 and PyPI do not package it): build the SIF "
             "where Apptainer exists, see docs/containers.md"
         )
-    kind = session.posargs[0] if session.posargs else "gpu"
-    if kind == "standalone":
+    parser = argparse.ArgumentParser(prog="nox -s sif --", allow_abbrev=False)
+    parser.add_argument("kind", nargs="?", default="gpu", choices=["gpu", "cpu", "standalone"])
+    parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: pypi)")
+    ns = parser.parse_args(session.posargs)
+    lock = LOCKS[ns.torch or "pypi"]
+    build_args: list[str] = []
+    if ns.kind == "standalone":
         facts = _source_facts()
-        session.run(
-            apptainer, "build", "--force",
-            "--build-arg", f"REVISION={facts['REVISION']}",
-            "--build-arg", f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
-            "ddp-standalone.sif", str(CONTAINERS / "ddp-standalone.def"),
-            external=True,
-        )  # fmt: skip
-        session.run(apptainer, "test", "ddp-standalone.sif", external=True)
-        return
-    if kind not in ("gpu", "cpu"):
-        session.error(f"unknown SIF kind {kind!r}: gpu, cpu or standalone")
-    # ddp.def names ddpimg:gpu; the cpu SIF is the same recipe from ddpimg:cpu.
-    recipe = (CONTAINERS / "ddp.def").read_text(encoding="utf-8")
-    recipe = recipe.replace("From: ddpimg:gpu", f"From: ddpimg:{kind}")
-    recipe = recipe.replace("ddpimg (gpu)", f"ddpimg ({kind})")
+        recipe = CONTAINERS / "ddp-standalone.def"
+        output = f"ddp-standalone{lock.tag_suffix}.sif"
+        build_args = [
+            f"REVISION={facts['REVISION']}",
+            f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
+        ]
+        if ns.torch:  # the .def's defaults are the pypi lock's
+            build_args.append(f"TORCH_SOURCE={ns.torch}")
+        if lock.gpu_base is not None:
+            build_args.append(f"GPU_BASE={lock.gpu_base}")
+    else:
+        # ddp.def from the image `nox -s image -- KIND --torch LOCK` tagged.
+        recipe = CONTAINERS / "ddp.def"
+        tag = _default_tag(ns.kind, ns.torch or ("cpu" if ns.kind == "cpu" else "pypi"))
+        name = tag.removeprefix("ddpimg:").removeprefix("gpu")  # "", "-cu128", "cpu"
+        output = f"ddp{name if not name or name.startswith('-') else '-' + name}.sif"
+        build_args = [f"IMAGE={tag}"]
     with tempfile.TemporaryDirectory() as tmp:
-        definition = Path(tmp) / "ddp.def"
-        definition.write_text(recipe, encoding="utf-8")
-        output = "ddp.sif" if kind == "gpu" else f"ddp-{kind}.sif"
-        session.run(apptainer, "build", "--force", output, str(definition), external=True)
+        if ns.kind == "cpu":  # the same recipe; only its title names the flavour
+            text = recipe.read_text(encoding="utf-8").replace("ddpimg (gpu)", "ddpimg (cpu)")
+            recipe = Path(tmp) / "ddp.def"
+            recipe.write_text(text, encoding="utf-8")
+        options = [word for arg in build_args for word in ("--build-arg", arg)]
+        session.run(apptainer, "build", "--force", *options, output, str(recipe), external=True)
     session.run(apptainer, "test", output, external=True)
 
 
