@@ -129,12 +129,39 @@ def bench(session: nox.Session) -> None:
 
 CONTAINERS = Path("containers")
 LOCK_INPUT = CONTAINERS / "requirements.in"
-# Lock name -> the index torch comes from (None: PyPI's own wheels, CUDA 13). One lock per
-# torch source, each made from LOCK_INPUT; the Dockerfile's TORCH_SOURCE picks one.
-LOCKS: dict[str, str | None] = {
-    "pypi": None,
-    "cpu": "https://download.pytorch.org/whl/cpu",
-    "cu126": "https://download.pytorch.org/whl/cu126",
+
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    """How `nox -s lock` makes containers/lock/NAME.txt from LOCK_INPUT, and what an image
+    built from it needs. The Dockerfile's TORCH_SOURCE names the lock."""
+
+    index: str | None = None  # where torch comes from; None: PyPI's own wheels
+    # Pins that replace LOCK_INPUT's (uv --override): another torch from the same input list.
+    overrides: Path | None = None
+    # GPU_BASE for the gpu flavour; None: the Dockerfile's default (CUDA 13). The CUDA base
+    # must not be newer than torch's CUDA: the NVIDIA container runtime refuses to start an
+    # image whose NVIDIA_REQUIRE_CUDA the host's driver does not meet.
+    gpu_base: str | None = None
+    tag_suffix: str = ""  # the default tag is ddpimg:FLAVOUR + this
+
+
+# The CUDA 12.8 runtime base of the V100 / pre-580-driver flavour. The digest is that of the
+# tag's multi-platform index; `docker buildx imagetools inspect TAG` shows it.
+CUDA_12_8_BASE = (
+    "nvidia/cuda:12.8.1-base-ubuntu24.04"
+    "@sha256:133c78a0575303be34164d0b90137a042172bdf60696af01a3c424ab402d86e2"
+)
+# One lock per torch build; src/ddpimg/hardware/builds.py describes each one's hardware.
+LOCKS: dict[str, Lock] = {
+    "pypi": Lock(),  # PyPI's torch as requirements/train.txt pins it: CUDA 13, no V100
+    "cpu": Lock(index="https://download.pytorch.org/whl/cpu"),
+    # PyPI's last CUDA 12.8 torch: V100 (sm 7.0) and drivers older than 580.
+    "pypi-cu128": Lock(
+        overrides=CONTAINERS / "overrides" / "pypi-cu128.txt",
+        gpu_base=CUDA_12_8_BASE,
+        tag_suffix="-cu128",
+    ),
 }
 # The oldest Python among the bases (Debian 12: 3.11; Ubuntu 24.04: 3.12): the locks are
 # universal from there on, with hashes for every platform's files.
@@ -168,7 +195,10 @@ class ImageBuild:
 
 # CI's image: the CPU flavour on the local base, torch from PyPI (the CPU index is out of
 # reach), mpi4py's wheel (compiling it would take a quarter of CI's time for the smoke part).
+# Its torch is the CUDA 13 build, the gpu flavour's: `nox -s flavours` reads that from it too.
 SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
+# The CUDA 12.8 GPU image as `nox -s flavours` builds it: CI's way, on the local base.
+CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, mpi4py_wheel=True)
 
 # The images the bench part times: what `nox -s image -- FLAVOUR --local --torch pypi` makes
 # (the CPU index, the CPU flavour's default, is out of reach from here).
@@ -199,10 +229,14 @@ def _bench_images(session: nox.Session, record: Path, rebuild: bool) -> bool:
     return ours
 
 
+def _default_tag(flavour: str, torch: str) -> str:
+    return f"ddpimg:{flavour}{LOCKS[torch].tag_suffix}"
+
+
 def _image_options(posargs: Sequence[str]) -> ImageBuild:
     parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
     parser.add_argument("flavour", choices=["cpu", "gpu"])
-    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR")
+    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128")
     parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: gpu pypi, cpu cpu)")
     parser.add_argument(
         "--local",
@@ -223,10 +257,11 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
     )
     parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
     ns = parser.parse_args(list(posargs))
+    torch = ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi")
     return ImageBuild(
         flavour=ns.flavour,
-        tag=ns.tag or f"ddpimg:{ns.flavour}",
-        torch=ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi"),
+        tag=ns.tag or _default_tag(ns.flavour, torch),
+        torch=torch,
         local=ns.local,
         no_cache=ns.no_cache,
         ds_build_ops=ns.ds_build_ops,
@@ -340,14 +375,17 @@ def _build_image(session: nox.Session, build: ImageBuild) -> tuple[float, int]:
     if not lock_file.is_file():
         session.error(
             f"{lock_file} does not exist: make it with `nox -s lock -- {build.torch}` where "
-            f"{LOCKS[build.torch]} is reachable, or build with --torch pypi"
+            f"{LOCKS[build.torch].index or 'PyPI'} is reachable, or build with --torch pypi"
         )
     if build.local:
         _engine(session, "start")
         _engine(session, "base", LOCAL_BASE)
     args = _source_facts() | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
+    gpu_base = LOCKS[build.torch].gpu_base
     if build.local:
         args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
+    elif gpu_base is not None and build.flavour == "gpu":
+        args["GPU_BASE"] = gpu_base
     if build.ds_build_ops:
         args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
     if build.cuda_arch_list:
@@ -402,13 +440,15 @@ def lock(session: nox.Session) -> None:
     session.install(UV)
     skipped = []
     for name in names:
-        index = LOCKS[name]
+        index, overrides = LOCKS[name].index, LOCKS[name].overrides
         command = [
             "uv", "pip", "compile", "--quiet", str(LOCK_INPUT), "--universal",
             "--python-version", LOCK_PYTHON, "--generate-hashes", "--native-tls",
             "--custom-compile-command", f"nox -s lock -- {name}",
             "--output-file", str(CONTAINERS / "lock" / f"{name}.txt"),
         ]  # fmt: skip
+        if overrides is not None:
+            command += ["--override", str(overrides)]
         if index is not None:
             reason = _unreachable(f"{index}/torch/")
             if reason is not None:
@@ -428,23 +468,50 @@ def image(session: nox.Session) -> None:
     _build_image(session, _image_options(session.posargs))
 
 
-@nox.session(default=False)
-def smoke(session: nox.Session) -> None:
-    """Build the CPU image on this machine (no registry) and run the Docker smoke tests."""
-    # ddpimg without the training stack: the tests only read what the image wrote.
+def _image_tests(
+    session: nox.Session,
+    builds: Sequence[ImageBuild],
+    tests: str,
+    env: dict[str, str],
+    drop_build_stages: Sequence[ImageBuild] = (),
+) -> None:
+    """Build ``builds`` on this machine (no registry), then run pytest on ``tests`` with
+    ``env`` naming the images; then remove the build stages of ``drop_build_stages`` and stop
+    the dockerd this started, if it did."""
+    # ddpimg without the training stack: the tests only read what the images wrote.
     session.install("-e", ".", "-r", DEV_REQUIREMENTS, SPYTHON)
     if os.geteuid() == 0:
         session.run("bash", "tests/engines/install.sh", external=True)
     ours = not _engine_answers()
     try:
-        _build_image(session, SMOKE_BUILD)
-        session.run(
-            "pytest", "tests/containers", "-p", "no:cacheprovider", *session.posargs,
-            env={"DDPIMG_TEST_IMAGE": SMOKE_IMAGE},
-        )  # fmt: skip
+        for build in builds:
+            _build_image(session, build)
+        session.run("pytest", tests, "-p", "no:cacheprovider", *session.posargs, env=env)
     finally:
+        stages = [_build_stage_tag(build.tag) for build in drop_build_stages]
+        if stages and _engine_answers():
+            session.run("docker", "image", "rm", "--force", *stages, external=True, silent=True)
         if ours:
             _engine(session, "stop")
+
+
+@nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """Build the CPU image on this machine (no registry) and run the Docker smoke tests."""
+    _image_tests(session, [SMOKE_BUILD], "tests/containers", {"DDPIMG_TEST_IMAGE": SMOKE_IMAGE})
+
+
+@nox.session(default=False)
+def flavours(session: nox.Session) -> None:
+    """Build the CUDA 12.8 image here; check each image's torch against ddpimg.hardware.builds."""
+    builds = [SMOKE_BUILD, CUDA12_BUILD]  # the first: cached when `nox -s smoke` ran before
+    images = " ".join(build.tag for build in builds)
+    # The CUDA 12.8 image's build stage (a second copy of its venv) would only cache the next
+    # build, which CI never makes: ~6 GB freed. The image stays, for `docker run` and a SIF.
+    _image_tests(
+        session, builds, "tests/containers/test_flavours.py",
+        {"DDPIMG_FLAVOUR_IMAGES": images}, drop_build_stages=[CUDA12_BUILD],
+    )  # fmt: skip
 
 
 @nox.session(name="image-repro", default=False)
@@ -472,36 +539,45 @@ def image_repro(session: nox.Session) -> None:
 
 @nox.session(default=False, venv_backend="none")
 def sif(session: nox.Session) -> None:
-    """Build a SIF with Apptainer: -- [gpu|cpu|standalone] (from the Docker image by default)."""
+    """Build a SIF with Apptainer: -- [gpu|cpu|standalone] [--torch LOCK] (see -- -h)."""
     apptainer = shutil.which("apptainer") or shutil.which("singularity")
     if apptainer is None:
         session.skip(
             "apptainer is not installed (Debian 12 and PyPI do not package it): build the SIF "
             "where Apptainer exists, see docs/containers.md"
         )
-    kind = session.posargs[0] if session.posargs else "gpu"
-    if kind == "standalone":
+    parser = argparse.ArgumentParser(prog="nox -s sif --", allow_abbrev=False)
+    parser.add_argument("kind", nargs="?", default="gpu", choices=["gpu", "cpu", "standalone"])
+    parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: pypi)")
+    ns = parser.parse_args(session.posargs)
+    lock = LOCKS[ns.torch or "pypi"]
+    build_args: list[str] = []
+    if ns.kind == "standalone":
         facts = _source_facts()
-        session.run(
-            apptainer, "build", "--force",
-            "--build-arg", f"REVISION={facts['REVISION']}",
-            "--build-arg", f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
-            "ddp-standalone.sif", str(CONTAINERS / "ddp-standalone.def"),
-            external=True,
-        )  # fmt: skip
-        session.run(apptainer, "test", "ddp-standalone.sif", external=True)
-        return
-    if kind not in ("gpu", "cpu"):
-        session.error(f"unknown SIF kind {kind!r}: gpu, cpu or standalone")
-    # ddp.def names ddpimg:gpu; the cpu SIF is the same recipe from ddpimg:cpu.
-    recipe = (CONTAINERS / "ddp.def").read_text(encoding="utf-8")
-    recipe = recipe.replace("From: ddpimg:gpu", f"From: ddpimg:{kind}")
-    recipe = recipe.replace("ddpimg (gpu)", f"ddpimg ({kind})")
+        recipe = CONTAINERS / "ddp-standalone.def"
+        output = f"ddp-standalone{lock.tag_suffix}.sif"
+        build_args = [
+            f"REVISION={facts['REVISION']}",
+            f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
+        ]
+        if ns.torch:  # the .def's defaults are the pypi lock's
+            build_args.append(f"TORCH_SOURCE={ns.torch}")
+        if lock.gpu_base is not None:
+            build_args.append(f"GPU_BASE={lock.gpu_base}")
+    else:
+        # ddp.def from the image `nox -s image -- KIND --torch LOCK` tagged.
+        recipe = CONTAINERS / "ddp.def"
+        tag = _default_tag(ns.kind, ns.torch or ("cpu" if ns.kind == "cpu" else "pypi"))
+        name = tag.removeprefix("ddpimg:").removeprefix("gpu")  # "", "-cu128", "cpu"
+        output = f"ddp{name if not name or name.startswith('-') else '-' + name}.sif"
+        build_args = [f"IMAGE={tag}"]
     with tempfile.TemporaryDirectory() as tmp:
-        definition = Path(tmp) / "ddp.def"
-        definition.write_text(recipe, encoding="utf-8")
-        output = "ddp.sif" if kind == "gpu" else f"ddp-{kind}.sif"
-        session.run(apptainer, "build", "--force", output, str(definition), external=True)
+        if ns.kind == "cpu":  # the same recipe; only its title names the flavour
+            text = recipe.read_text(encoding="utf-8").replace("ddpimg (gpu)", "ddpimg (cpu)")
+            recipe = Path(tmp) / "ddp.def"
+            recipe.write_text(text, encoding="utf-8")
+        options = [word for arg in build_args for word in ("--build-arg", arg)]
+        session.run(apptainer, "build", "--force", *options, output, str(recipe), external=True)
     session.run(apptainer, "test", output, external=True)
 
 

@@ -56,7 +56,7 @@ install_deps() {
         case ";${TORCH_CUDA_ARCH_LIST:-};" in
         *";7.0;"* | *";7.0+PTX;"*)
             [ "${nvcc_major:-0}" -lt 13 ] || die "CUDA $nvcc_major cannot build for V100 (sm 7.0), found in TORCH_CUDA_ARCH_LIST='$TORCH_CUDA_ARCH_LIST'" \
-                "torch's CUDA 13 wheels do not run on V100 either: for V100 sites use the cu126 lock and a CUDA 12 devel base; otherwise pass TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'"
+                "torch's CUDA 13 wheels do not run on V100 either: for V100 sites use the pypi-cu128 lock and a CUDA 12 devel base; otherwise pass TORCH_CUDA_ARCH_LIST='8.0;9.0+PTX'"
             ;;
         esac
     fi

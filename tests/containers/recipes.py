@@ -9,6 +9,7 @@ plus the two header lines it does not return as written.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,33 @@ class Definition:
     test_lines: tuple[str, ...]
     post: tuple[str, ...]
     files: tuple[tuple[str, str], ...]
+    arguments: dict[str, str]  # %arguments: the build arguments' defaults
+
+    def resolve(self, text: str) -> str:
+        """``text`` with each ``{{ NAME }}`` replaced by the argument's default, as
+        `apptainer build` without --build-arg does."""
+
+        def default(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in self.arguments:
+                raise ValueError(f"{{{{ {name} }}}} has no default in %arguments")
+            return self.arguments[name]
+
+        return re.sub(r"\{\{\s*(\w+)\s*\}\}", default, text)
+
+
+def read_arguments(text: str) -> dict[str, str]:
+    """The NAME=VALUE lines of a definition's %arguments section (spython skips it)."""
+    arguments: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("%"):
+            inside = line.split()[0] == "%arguments"
+            continue
+        name, sep, value = line.strip().partition("=")
+        if inside and sep and not line.lstrip().startswith("#"):
+            arguments[name] = value
+    return arguments
 
 
 def read_definition(path: Path) -> Definition:
@@ -153,4 +181,5 @@ def read_definition(path: Path) -> Definition:
         test_lines=test_lines,
         post=post,
         files=tuple(files),
+        arguments=read_arguments(path.read_text(encoding="utf-8")),
     )

@@ -11,6 +11,8 @@ from tests.containers.recipes import CONTAINERS, ROOT
 
 LOCKS = sorted((CONTAINERS / "lock").glob("*.txt"))
 TRAIN = ROOT / "requirements" / "train.txt"
+# containers/overrides/NAME.txt: pins that replace train.txt's in lock/NAME.txt (uv --override).
+OVERRIDES = CONTAINERS / "overrides"
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
 # install-python.sh builds these without build isolation: their build tools must be locked.
 BUILD_TOOLS = ("setuptools", "wheel", "cython", "build")
@@ -47,8 +49,9 @@ def pins(path: Path) -> dict[str, str | None]:
     return result
 
 
-def test_there_is_a_lock_for_the_gpu_flavour() -> None:
+def test_there_is_a_lock_for_each_gpu_flavour() -> None:
     assert CONTAINERS / "lock" / "pypi.txt" in LOCKS
+    assert CONTAINERS / "lock" / "pypi-cu128.txt" in LOCKS
 
 
 def test_the_input_list_is_the_training_stack_plus_build_tools() -> None:
@@ -57,16 +60,38 @@ def test_the_input_list_is_the_training_stack_plus_build_tools() -> None:
     assert set(pins(CONTAINERS / "requirements.in")) == set(BUILD_TOOLS)
 
 
+def wanted(lock: Path) -> dict[str, str | None]:
+    """What ``lock`` must pin: train.txt's pins, replaced by the lock's override file's."""
+    override = OVERRIDES / lock.name
+    return pins(TRAIN) | (pins(override) if override.is_file() else {})
+
+
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
 def test_lock_pins_what_train_txt_pins(lock: Path) -> None:
     locked = entries(lock)
-    for name, version in pins(TRAIN).items():
+    for name, version in wanted(lock).items():
         assert name in locked, f"{lock.name} lacks {name}: run `nox -s lock`"
         if version is not None:
             versions = {v.split("+")[0] for v, _ in locked[name]}
             assert versions == {version}, f"{lock.name}: {name} {versions} != {version}"
     for tool in BUILD_TOOLS:
         assert tool in locked, f"{lock.name} lacks the build tool {tool}"
+
+
+@pytest.mark.parametrize("override", sorted(OVERRIDES.glob("*.txt")), ids=lambda p: p.name)
+def test_an_override_file_replaces_pins_of_its_lock(override: Path) -> None:
+    lock = CONTAINERS / "lock" / override.name
+    assert lock.is_file(), f"{override.name} overrides no lock: run `nox -s lock -- {lock.stem}`"
+    replaced = pins(override)
+    assert replaced
+    assert set(replaced) <= set(pins(TRAIN))
+    assert all(replaced.values()), f"{override.name}: every override pins a version"
+    assert f"--override containers/overrides/{override.name}" in lock.read_text("utf-8")
+
+
+def test_wanted_takes_the_override_pins() -> None:
+    assert wanted(CONTAINERS / "lock" / "pypi-cu128.txt")["torch"] == "2.10.0"
+    assert wanted(CONTAINERS / "lock" / "pypi.txt")["torch"] == pins(TRAIN)["torch"]
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)

@@ -18,6 +18,7 @@ from tests.containers.recipes import (
     dockerfile_labels,
     global_args,
     key_values,
+    read_arguments,
     read_definition,
     read_dockerfile,
 )
@@ -102,8 +103,10 @@ def test_docker_labels_are_oci() -> None:
 
 
 def test_docker_daemon_def_builds_from_the_docker_image() -> None:
+    """ddpimg:gpu by default; `--build-arg IMAGE=ddpimg:gpu-cu128` for the CUDA 12.8 one."""
     recipe = read_definition(DEFS["ddp.def"])
-    assert (recipe.bootstrap, recipe.from_) == ("docker-daemon", "ddpimg:gpu")
+    assert (recipe.bootstrap, recipe.from_) == ("docker-daemon", "{{ IMAGE }}")
+    assert recipe.resolve(recipe.from_) == "ddpimg:gpu"
 
 
 def test_standalone_def_uses_the_dockerfile_cuda_base() -> None:
@@ -112,8 +115,22 @@ def test_standalone_def_uses_the_dockerfile_cuda_base() -> None:
     assert recipe.bootstrap == "docker"
     assert re.search(r"@sha256:[0-9a-f]{64}$", gpu_base)
     # Read from the file as written (spython lower-cases From); the digest must match exactly.
-    assert recipe.from_ == gpu_base
-    assert any(f'--base-image "{gpu_base}"' in line for line in recipe.post)
+    assert recipe.from_ == "{{ GPU_BASE }}"
+    assert recipe.resolve(recipe.from_) == gpu_base
+    # build-info.json records the base the build really used, the argument's value.
+    assert any('--base-image "{{ GPU_BASE }}"' in line for line in recipe.post)
+    assert recipe.arguments["TORCH_SOURCE"] == "pypi"
+
+
+def test_resolve_needs_a_default_for_every_placeholder() -> None:
+    recipe = read_definition(DEFS["ddp.def"])
+    with pytest.raises(ValueError, match="NOPE"):
+        recipe.resolve("{{ NOPE }}")
+
+
+def test_read_arguments_reads_only_its_section() -> None:
+    text = "Bootstrap: docker\n%arguments\n    A=1\n    # B=2\n%post\n    C=3\n"
+    assert read_arguments(text) == {"A": "1"}
 
 
 def test_standalone_def_runs_the_same_install_scripts() -> None:

@@ -1,63 +1,162 @@
-"""PLACEHOLDER, to be replaced by the hw-image branch's module of the same name (theirs wins
-at merge). It holds exactly the interface that branch publishes, with the values its brief
-gives, so that profile validation and the compatibility rules can be written and tested
-against it now. Pure: no torch."""
+"""The torch builds ddpimg's images ship, by flavour: which GPUs each one's kernels run on
+and which driver it needs.
+
+A flavour is one lock file (``containers/lock/LOCK.txt``) and the GPU image built from it
+(``nox -s image -- gpu --torch LOCK``):
+
+============  ==============  =====================  =============================  ===========
+flavour       lock            torch (CUDA)           kernels for                    driver
+============  ==============  =====================  =============================  ===========
+``cuda13``    ``pypi``        2.14.1 (CUDA 13.0)     sm 7.5 8.0 8.6 9.0 10.0 12.0   >= 580
+``cuda12``    ``pypi-cu128``  2.10.0 (CUDA 12.8)     sm 7.0 7.5 8.0 8.6 9.0 10.0    >= 570
+                                                     12.0
+``rocm``      none yet        (AMD GPUs)
+============  ==============  =====================  =============================  ===========
+
+The architectures are what ``torch._C._cuda_getArchFlags()`` prints in each image (no GPU
+needed to ask); neither build lists a ``compute_*`` entry, i.e. torch's kernels carry no PTX
+that a newer GPU's driver could compile. Compiled code (SASS) for X.y runs on GPUs X.z with
+z >= y (sm_86 code on an sm_89 L40), never on another major or a lower minor. Hence the V100
+(sm 7.0: Palmetto, Puhti, HDF-ML) needs ``cuda12``: every CUDA kernel of ``cuda13``, whose
+oldest is sm 7.5, fails on it. ``tests/containers/test_flavours.py`` checks this table against
+the built images, ``tests/hardware/test_builds.py`` against the lock files.
+
+``min_driver`` is the driver branch of the build's CUDA toolkit release (CUDA 13.0: R580,
+CUDA 12.8: R570), also what the image's CUDA base demands before the NVIDIA container
+runtime starts it (``NVIDIA_REQUIRE_CUDA``). CUDA's minor version compatibility lets a CUDA
+12.x program run on a driver >= 525 without PTX JIT, which these kernels do not need; that
+is not what ddpimg promises.
+
+The ``rocm`` flavour has no lock and no image yet: PyTorch's ROCm wheels come from PyTorch's
+own index, which this project's build machines cannot reach. It is listed so that AMD sites
+(LUMI) can name the flavour they need.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
+
+Arch = tuple[int, int]  # a compute capability, (major, minor): sm_86 is (8, 6)
 
 
 @dataclass(frozen=True)
 class TorchBuild:
     """One torch build an image flavour ships."""
 
-    name: str
-    lock: str
-    torch_version: str
-    cuda_version: str | None
+    name: str  # the flavour: "cuda13", "cuda12", "rocm"
+    lock: str | None  # containers/lock/LOCK.txt; None: no lock yet
+    torch_version: str | None  # the public version ("2.10.0"); None: not pinned (no lock)
+    cuda_version: str | None  # torch.version.cuda, "major.minor"; None: not a CUDA build
     vendor: Literal["nvidia", "amd"]
-    archs: tuple[tuple[int, int], ...]
-    ptx_arch: tuple[int, int] | None
-    min_driver: int | None
+    archs: tuple[Arch, ...]  # compute capabilities with native kernels (SASS), ascending
+    ptx_arch: Arch | None  # the PTX that newer GPUs' drivers could JIT-compile; None: none
+    min_driver: int | None  # the oldest driver branch (major) it supports; None: not NVIDIA
+    # What `nox -s image -- gpu --torch LOCK` tags. The rocm flavour's tag names the image
+    # LUMI needs (README, `ddpimg sbatch`) although no lock can build it here yet.
     image_tag: str
 
 
-_CUDA13_ARCHS = ((7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0))
-_CUDA12_ARCHS = ((7, 0), (7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0))
+BUILDS: Mapping[str, TorchBuild] = MappingProxyType(
+    {
+        "cuda13": TorchBuild(
+            name="cuda13",
+            lock="pypi",
+            torch_version="2.14.1",
+            cuda_version="13.0",
+            vendor="nvidia",
+            archs=((7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0)),
+            ptx_arch=None,
+            min_driver=580,
+            image_tag="ddpimg:gpu",
+        ),
+        "cuda12": TorchBuild(
+            name="cuda12",
+            lock="pypi-cu128",
+            torch_version="2.10.0",
+            cuda_version="12.8",
+            vendor="nvidia",
+            archs=((7, 0), (7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0)),
+            ptx_arch=None,
+            min_driver=570,
+            image_tag="ddpimg:gpu-cu128",
+        ),
+        "rocm": TorchBuild(
+            name="rocm",
+            lock=None,
+            torch_version=None,
+            cuda_version=None,
+            vendor="amd",
+            archs=(),
+            ptx_arch=None,
+            min_driver=None,
+            image_tag="ddpimg:gpu-rocm",
+        ),
+    }
+)
 
-BUILDS: Mapping[str, TorchBuild] = {
-    "cuda13": TorchBuild(
-        "cuda13", "pypi", "2.14.1", "13.0", "nvidia", _CUDA13_ARCHS, (12, 0), 580, "ddpimg:gpu"
-    ),
-    "cuda12": TorchBuild(
-        "cuda12",
-        "pypi-cu128",
-        "2.10.0",
-        "12.8",
-        "nvidia",
-        _CUDA12_ARCHS,
-        (12, 0),
-        570,
-        "ddpimg:gpu-cu128",
-    ),
-    "rocm": TorchBuild("rocm", "", "", None, "amd", (), None, None, "ddpimg:gpu-rocm"),
-}
+
+def _public(version: str) -> str:
+    """The public version: PyPI's CUDA wheels report "2.10.0+cu128" at run time."""
+    return version.split("+", 1)[0].strip()
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.strip().split(".")[:2])
 
 
 def build_for_torch(
     torch_version: str, cuda_version: str | None, hip_version: str | None
 ) -> TorchBuild | None:
-    """The build with this torch version and CUDA version (or the ROCm build when HIP is
-    set); None when none matches."""
-    base = torch_version.split("+", 1)[0]
+    """The flavour whose build this torch is, from ``torch.__version__``,
+    ``torch.version.cuda`` and ``torch.version.hip``; None for a build no image ships (a
+    CPU-only torch, another version, another CUDA).
+
+    Any ROCm build is the ``rocm`` flavour, which pins no version yet.
+    """
+    if cuda_version and hip_version:
+        raise ValueError(
+            f"torch {torch_version} reports both CUDA {cuda_version} and HIP {hip_version}; "
+            "a torch build has one or the other"
+        )
+    version = _public(torch_version)
     for build in BUILDS.values():
         if hip_version:
-            if build.vendor == "amd":
-                return build
-            continue
-        if build.torch_version == base and build.cuda_version == cuda_version:
+            matches = build.vendor == "amd" and build.torch_version in (None, version)
+        elif cuda_version:
+            matches = (
+                build.vendor == "nvidia"
+                and build.torch_version == version
+                and build.cuda_version == _major_minor(cuda_version)
+            )
+        else:
+            matches = False
+        if matches:
             return build
     return None
+
+
+_ARCH_FLAG = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")
+
+
+def parse_arch_flags(flags: str) -> tuple[tuple[Arch, ...], Arch | None]:
+    """``torch._C._cuda_getArchFlags()`` ("sm_70 sm_80 compute_80") as (the SASS
+    architectures ascending, the newest PTX architecture or None).
+
+    Architecture-specific variants ("sm_90a") count as their base architecture.
+    """
+    sass: set[Arch] = set()
+    ptx: set[Arch] = set()
+    for word in flags.split():
+        match = _ARCH_FLAG.match(word)
+        if match is None:
+            raise ValueError(
+                f"unexpected CUDA architecture flag {word!r} in {flags!r}: expected sm_XY or "
+                "compute_XY (e.g. sm_86)"
+            )
+        arch = (int(match.group(2)), int(match.group(3)))
+        (sass if match.group(1) == "sm" else ptx).add(arch)
+    return tuple(sorted(sass)), max(ptx) if ptx else None
