@@ -12,11 +12,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
-from ddpimg.cli.launch_options import add_local_rank_argument, add_nproc_argument
+from ddpimg.cli.launch_options import (
+    add_local_rank_argument,
+    add_nproc_argument,
+    plan_from_args,
+)
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.cli.train_cmd import DEFAULT_TIMEOUT_S
 from ddpimg.errors import LauncherError, ProfileError
-from ddpimg.plan import LaunchPlan, build_plan, short_hostname
+from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.interfaces import interface_names, ipv4_address
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 
@@ -167,13 +171,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
     env = dict(os.environ)
-    plan = build_plan(
-        env,
-        short_hostname(),
-        site=args.site,
-        keep=tuple(args.keep_env),
-        local_rank=args.local_rank,
-    )
+    plan = plan_from_args(args, env)
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
     if args.nproc_per_node:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpimg.plan import LaunchPlan
 
 # The old launchers pass the local rank as an argument: torch.distributed.launch (without
 # --use-env) as --local-rank=N, DeepSpeed's launcher as --local_rank=N.
@@ -50,4 +53,18 @@ def add_nproc_argument(parser: argparse.ArgumentParser | Any) -> None:
         metavar="N",
         help="start N local workers through torchrun's launcher API (laptops, CI, or one "
         "task per node under srun)",
+    )
+
+
+def plan_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchPlan:
+    """The launch plan of ``env`` under the options every command shares (``--site``,
+    ``--keep-env``, ``--local-rank``)."""
+    from ddpimg.plan import build_plan, short_hostname
+
+    return build_plan(
+        env,
+        short_hostname(),
+        site=args.site,
+        keep=tuple(args.keep_env),
+        local_rank=args.local_rank,
     )

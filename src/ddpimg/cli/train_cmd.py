@@ -9,10 +9,14 @@ import signal
 import sys
 from typing import NoReturn
 
-from ddpimg.cli.launch_options import add_local_rank_argument, add_nproc_argument
+from ddpimg.cli.launch_options import (
+    add_local_rank_argument,
+    add_nproc_argument,
+    plan_from_args,
+)
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.errors import LauncherError
-from ddpimg.plan import LaunchPlan, build_plan, short_hostname
+from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 from ddpimg.train import startup
 from ddpimg.train.options import TrainConfig, add_training_arguments
@@ -64,13 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     startup.mark("launch")
     env = dict(os.environ)
-    plan = build_plan(
-        env,
-        short_hostname(),
-        site=args.site,
-        keep=tuple(args.keep_env),
-        local_rank=args.local_rank,
-    )
+    plan = plan_from_args(args, env)
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
     startup.mark("plan")
