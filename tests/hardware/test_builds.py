@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from ddpimg.hardware.builds import BUILDS, TorchBuild, build_for_torch, parse_arch_flags
+from ddpimg.hardware.builds import BUILDS, TorchBuild, build_for_torch
 from tests.containers.recipes import CONTAINERS
 from tests.containers.test_lock import entries
 
@@ -101,25 +101,3 @@ def test_build_for_torch(
 def test_build_for_torch_rejects_cuda_and_hip_at_once() -> None:
     with pytest.raises(ValueError, match=r"reports both CUDA 12\.8 and HIP 6\.4"):
         build_for_torch("2.10.0", "12.8", "6.4")
-
-
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [
-        ("sm_75 sm_86 sm_100 sm_120", (((7, 5), (8, 6), (10, 0), (12, 0)), None)),
-        ("sm_70 sm_80 compute_80", (((7, 0), (8, 0)), (8, 0))),
-        ("sm_90a sm_90 compute_90 compute_120", (((9, 0),), (12, 0))),
-        ("sm_121", (((12, 1),), None)),
-        ("", ((), None)),
-    ],
-)  # fmt: skip
-def test_parse_arch_flags(
-    flags: str, expected: tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]
-) -> None:
-    assert parse_arch_flags(flags) == expected
-
-
-@pytest.mark.parametrize("word", ["sm70", "sm_", "gfx90a", "compute_x0"])
-def test_parse_arch_flags_rejects_other_words(word: str) -> None:
-    with pytest.raises(ValueError, match=f"unexpected CUDA architecture flag '{word}'"):
-        parse_arch_flags(f"sm_80 {word}")

@@ -34,7 +34,6 @@ own index, which this project's build machines cannot reach. It is listed so tha
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -137,26 +136,3 @@ def build_for_torch(
         if matches:
             return build
     return None
-
-
-_ARCH_FLAG = re.compile(r"^(sm|compute)_(\d+)(\d)[a-z]?$")
-
-
-def parse_arch_flags(flags: str) -> tuple[tuple[Arch, ...], Arch | None]:
-    """``torch._C._cuda_getArchFlags()`` ("sm_70 sm_80 compute_80") as (the SASS
-    architectures ascending, the newest PTX architecture or None).
-
-    Architecture-specific variants ("sm_90a") count as their base architecture.
-    """
-    sass: set[Arch] = set()
-    ptx: set[Arch] = set()
-    for word in flags.split():
-        match = _ARCH_FLAG.match(word)
-        if match is None:
-            raise ValueError(
-                f"unexpected CUDA architecture flag {word!r} in {flags!r}: expected sm_XY or "
-                "compute_XY (e.g. sm_86)"
-            )
-        arch = (int(match.group(2)), int(match.group(3)))
-        (sass if match.group(1) == "sm" else ptx).add(arch)
-    return tuple(sorted(sass)), max(ptx) if ptx else None
