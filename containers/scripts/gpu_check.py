@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn
 
+from ddpimg.hardware.compat import parse_arch_flags, runs_on
+
 ALL_REDUCE_ELEMENTS = 1 << 24  # 64 MiB of float32: past NCCL's small-message paths
 
 
@@ -26,17 +28,24 @@ def check_devices() -> int:
     count = torch.cuda.device_count()
     if not torch.cuda.is_available() or count == 0:
         raise SystemExit("gpu_check: FAILED: torch.cuda.is_available() is False (no --nv/--gpus?)")
-    built_for = torch.cuda.get_arch_list()
+    built_for = torch._C._cuda_getArchFlags().split()
+    sass, ptx = parse_arch_flags(built_for)
     for index in range(count):
-        major, minor = torch.cuda.get_device_capability(index)
+        capability = torch.cuda.get_device_capability(index)
         name = torch.cuda.get_device_name(index)
-        wanted = f"sm_{major}{minor}"
-        if wanted not in built_for and not any(a.startswith("compute_") for a in built_for):
+        wanted = f"sm_{capability[0]}{capability[1]}"
+        # The same rule as train's check (ddpimg.hardware.compat): SASS of the same major
+        # version and a lower or equal minor runs (sm_86 code on an sm_89 GPU), or PTX JIT.
+        how = runs_on(capability, sass, ptx)
+        if how is None:
             raise SystemExit(
                 f"gpu_check: FAILED: GPU {index} ({name}) is {wanted}; this torch "
                 f"(CUDA {torch.version.cuda}) is built for {' '.join(built_for)}"
             )
-        print(f"gpu_check: GPU {index}: {name} ({wanted}), torch CUDA {torch.version.cuda}")
+        print(
+            f"gpu_check: GPU {index}: {name} ({wanted}, runs {how}), "
+            f"torch CUDA {torch.version.cuda}"
+        )
     return count
 
 
