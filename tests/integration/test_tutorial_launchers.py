@@ -94,6 +94,23 @@ def test_deepspeed_launcher_inside_one_srun_task(
 
 
 @pytest.mark.slurm
+@pytest.mark.deepspeed
+def test_deepspeed_with_ranks_from_the_slurm_step(
+    tmp_path: Path,
+    deepspeed_env: dict[str, str],
+    slurm_env: dict[str, str],
+    reference: list[float],
+) -> None:
+    # CSC's other pattern: `srun --ntasks-per-node=4 python train.py --deepspeed`, ranks from
+    # the step (the tutorial's DeepSpeed took its master from `hostname -I`; ddpimg's rule).
+    env = slurm_env | {"TORCH_EXTENSIONS_DIR": deepspeed_env["TORCH_EXTENSIONS_DIR"]}
+    cmd = ["srun", "-N1", "--ntasks-per-node=2", command("train"), "--strategy", "deepspeed"]
+    run([*cmd, *QUICK_TRAIN, "--out", str(tmp_path)], env, timeout=600)
+    check_run(tmp_path, reference, world_size=2, rel=DEEPSPEED_REL)
+    assert run_info(tmp_path)["source"] == "slurm"
+
+
+@pytest.mark.slurm
 @pytest.mark.torchrun
 def test_torchrun_with_a_c10d_endpoint_inside_one_srun_task(
     tmp_path: Path, slurm_env: dict[str, str], reference: list[float]
