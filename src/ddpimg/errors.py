@@ -1,19 +1,39 @@
-"""User-facing errors.
+"""User-facing errors, and the one way they are printed.
 
 Every error a user can cause names what was wrong (variable, file, key), the value found and a
-hint. The CLI prints ``ddpimg: error: <message>`` on stderr and exits with status 2.
+hint. The CLI prints it with ``report`` (``ddpimg: error: <message>`` and ``  hint: ...`` on
+stderr) and exits with ``exitcodes.for_error(err)``.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import TextIO
 
-class DdpimgError(ValueError):
+PREFIX = "ddpimg: error: "
+
+
+def with_hint(message: str, hint: str | None) -> str:
+    """``message`` followed by an indented ``hint:`` line, as every user error reads."""
+    return f"{message}\n  hint: {hint}" if hint else message
+
+
+def report(message: object, hint: str | None = None, stream: TextIO | None = None) -> None:
+    """Print ``ddpimg: error: <message>`` (and the hint) and flush: the caller may exit at
+    once, even by ``os._exit``, which flushes nothing."""
+    target = sys.stderr if stream is None else stream
+    print(PREFIX + with_hint(str(message), hint), file=target, flush=True)
+
+
+# Not a ValueError: a broad ``except ValueError`` around library code (a checkpoint load, a
+# parse) must not catch a user error and re-word it.
+class DdpimgError(Exception):
     """An error the user can act on. ``str(err)`` is the whole message, hint included."""
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         self.message = message
         self.hint = hint
-        super().__init__(f"{message}\n  hint: {hint}" if hint else message)
+        super().__init__(with_hint(message, hint))
 
 
 class LauncherError(DdpimgError):
@@ -34,3 +54,7 @@ class DataError(DdpimgError):
 
 class RendezvousError(DdpimgError):
     """Ranks could not meet: missing ranks, unreachable master, timeouts."""
+
+
+class JobError(DdpimgError):
+    """A job cannot be rendered or submitted as asked."""

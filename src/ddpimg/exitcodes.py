@@ -1,4 +1,12 @@
-"""Exit statuses of ``train`` and ``ddpimg``, documented in README.md ("Exit statuses")."""
+"""Exit statuses of ``train`` and ``ddpimg``, documented in README.md ("Exit statuses").
+
+The only place that maps an outcome to a number: the CLI's exit status and the one rank 0
+records in manifest.json both come from ``for_error``.
+"""
+
+from __future__ import annotations
+
+from ddpimg.errors import DdpimgError, RendezvousError
 
 OK = 0
 TRAINING_FAILED = 1  # an exception during training, e.g. a peer rank died
@@ -6,3 +14,17 @@ USAGE = 2  # bad flags, inconsistent launcher variables, bad profile, missing da
 RENDEZVOUS_FAILED = 3  # ranks missing at the join deadline, master unreachable
 CHECK_FAILED = 4  # `ddpimg doctor` found a problem
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGUSR2/SIGTERM after a checkpoint; requeue and resume
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+
+def for_error(err: BaseException) -> int:
+    """The exit status a run that ended with ``err`` reports."""
+    if isinstance(err, KeyboardInterrupt):
+        return INTERRUPTED
+    if isinstance(err, RendezvousError):
+        return RENDEZVOUS_FAILED
+    if isinstance(err, DdpimgError):
+        return USAGE
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else TRAINING_FAILED
+    return TRAINING_FAILED

@@ -26,12 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.run_files import MANIFEST, METRICS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-METRICS = "metrics.jsonl"
-MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)

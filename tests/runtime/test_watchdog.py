@@ -7,19 +7,21 @@ import time
 import pytest
 
 from ddpimg import exitcodes
+from ddpimg.errors import RendezvousError
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
 
 EXPIRING = """
 import time
+from ddpimg.errors import RendezvousError
 from ddpimg.runtime.watchdog import deadline
-with deadline(0.5, lambda: "init_process_group stalled"):
+with deadline(0.5, lambda: RendezvousError("init_process_group stalled")):
     time.sleep(30)
 print("not reached")
 """
 
 
 def test_a_block_left_in_time_is_not_ended() -> None:
-    with deadline(0.2, lambda: "never"):
+    with deadline(0.2, lambda: RendezvousError("never")):
         pass
     time.sleep(0.4)  # the cancelled timer must not fire afterwards (it would end pytest)
 
@@ -45,7 +47,7 @@ def test_the_deadline_ends_a_blocked_process_with_status_3() -> None:
     ],
 )  # fmt: skip
 def test_stall_message_names_the_interfaces_in_use(env: dict[str, str], named: str) -> None:
-    message = collectives_stalled("gloo", 15, 1, env)
+    message = str(collectives_stalled("gloo", 15, 1, env))
     assert message.startswith(
         "rank 1: every rank joined the rendezvous, but init_process_group (gloo) did not "
         f"finish within 15 s: the ranks' own connections do not reach each other ({named})\n"

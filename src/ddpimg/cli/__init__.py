@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import argparse
 
 from ddpimg import __version__, exitcodes
-from ddpimg.errors import DdpimgError, RendezvousError
+from ddpimg.errors import DdpimgError, report
 
 
 class CommandModule(Protocol):
@@ -80,8 +80,9 @@ def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
 
 
 def report_error(err: DdpimgError) -> int:
-    print(f"ddpimg: error: {err}", file=sys.stderr, flush=True)
-    return exitcodes.RENDEZVOUS_FAILED if isinstance(err, RendezvousError) else exitcodes.USAGE
+    """Print ``err`` the one way user errors are printed; return its exit status."""
+    report(err)
+    return exitcodes.for_error(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,19 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ddpimg import exitcodes
+from ddpimg import errors, exitcodes
 from ddpimg.cli.launch_options import (
     add_local_rank_argument,
     add_nproc_argument,
+    add_site_options,
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
-from ddpimg.cli.train_cmd import DEFAULT_TIMEOUT_S
 from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.interfaces import interface_names, ipv4_address
@@ -33,10 +32,7 @@ BANDWIDTH_ITERATIONS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--site", metavar="NAME|PATH", help="site profile (default: auto)")
-    parser.add_argument("--backend", default="", choices=["", "nccl", "gloo"])
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS")
-    parser.add_argument("--keep-env", action="append", default=[], metavar="PATTERN")
+    add_site_options(parser)
     parser.add_argument("--json", action="store_true", help="rank 0 also prints the rows as JSON")
     add_nproc_argument(parser)
     add_local_rank_argument(parser)
@@ -181,10 +177,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if report.problems:
         # Without the interfaces no process group can form: say so on this rank and stop.
         for problem in report.problems:
-            print(
-                f"ddpimg: error: doctor: rank {report.rank} on {report.host}: {problem}",
-                file=sys.stderr,
-            )
+            errors.report(f"doctor: rank {report.rank} on {report.host}: {problem}")
         return exitcodes.CHECK_FAILED
 
     import torch.distributed as dist
@@ -200,7 +193,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         ctx = runtime.initialize(plan, backend=args.backend, timeout_s=args.timeout, device=device)
     except ProfileError as err:
-        print(f"ddpimg: error: doctor: rank {report.rank} on {report.host}: {err}", file=sys.stderr)
+        errors.report(f"doctor: rank {report.rank} on {report.host}: {err}")
         return exitcodes.CHECK_FAILED
     try:
         wrong = check_allreduce(device, ctx.world_size, ctx.rank)

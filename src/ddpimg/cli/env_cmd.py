@@ -6,6 +6,7 @@ import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
+from ddpimg.cli.launch_options import SITE_OPTIONS
 from ddpimg.plan import build_plan, short_hostname
 
 if TYPE_CHECKING:
@@ -15,13 +16,8 @@ if TYPE_CHECKING:
 # option -> (metavar, None for an on/off flag; repeatable; help).
 OPTIONS: dict[str, tuple[str | None, bool, str]] = {
     "--json": (None, False, "print one JSON object"),
-    "--site": ("NAME|PATH", False, "site profile (default: auto)"),
     "--explain": (None, False, "say how each value was decided"),
-    "--keep-env": (
-        "PATTERN",
-        True,
-        "host variable (fnmatch pattern) to keep in the training environment",
-    ),
+    **SITE_OPTIONS,
 }
 
 

@@ -1,44 +1,87 @@
-"""Launch options that several commands share, declared once."""
+"""Launch options that several commands share, declared once.
+
+Importing this module imports neither argparse nor the runtime: ``ddpimg env`` reads
+``SITE_OPTIONS`` for its argparse-free parser (see ``cli/__init__``).
+"""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import argparse
+
     from ddpimg.plan import LaunchPlan
 
 # The old launchers pass the local rank as an argument: torch.distributed.launch (without
 # --use-env) as --local-rank=N, DeepSpeed's launcher as --local_rank=N.
 LOCAL_RANK_OPTIONS = ("--local-rank", "--local_rank")
 
+# The options that choose the site and the environment: option -> (metavar, repeatable, help).
+SITE_OPTIONS: dict[str, tuple[str, bool, str]] = {
+    "--site": ("NAME|PATH", False, "site profile (default: auto)"),
+    "--keep-env": (
+        "PATTERN",
+        True,
+        "host variable (fnmatch pattern) to keep in the training environment",
+    ),
+}
 
-class _RememberSpelling(argparse.Action):
-    """Store the value and the spelling it came with (``local_rank_option``), so that
-    ``train --script`` passes it on to the user's script the way the launcher wrote it."""
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.local_rank_option = option_string
+def add_site_options(parser: argparse.ArgumentParser | Any) -> None:
+    """``--site``, ``--keep-env``, and for the commands that join the ranks ``--backend``
+    and ``--timeout``."""
+    from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
+
+    for option, (metavar, repeatable, help_text) in SITE_OPTIONS.items():
+        if repeatable:
+            parser.add_argument(
+                option, action="append", default=[], metavar=metavar, help=help_text
+            )
+        else:
+            parser.add_argument(option, metavar=metavar, help=help_text)
+    parser.add_argument(
+        "--backend",
+        default="",
+        choices=["", "nccl", "gloo"],
+        help="default: nccl on GPU, gloo on CPU",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"rendezvous and collective timeout (default {DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 def add_local_rank_argument(parser: argparse.ArgumentParser | Any) -> None:
     """``--local-rank N`` / ``--local-rank=N`` / ``--local_rank=N``: accepted, and checked
     against the local rank resolved from the launcher's variables."""
+    import argparse
+
+    class RememberSpelling(argparse.Action):
+        """Store the value and the spelling it came with (``local_rank_option``), so that
+        ``train --script`` passes it on to the user's script the way the launcher wrote it."""
+
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: str | Sequence[Any] | None,
+            option_string: str | None = None,
+        ) -> None:
+            setattr(namespace, self.dest, values)
+            namespace.local_rank_option = option_string
+
     parser.add_argument(
         *LOCAL_RANK_OPTIONS,
         dest="local_rank",
         type=int,
         default=None,
         metavar="N",
-        action=_RememberSpelling,
+        action=RememberSpelling,
         help="the local rank as torch.distributed.launch or DeepSpeed's launcher pass it; "
         "must agree with LOCAL_RANK",
     )

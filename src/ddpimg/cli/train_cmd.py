@@ -12,6 +12,7 @@ from typing import NoReturn
 from ddpimg.cli.launch_options import (
     add_local_rank_argument,
     add_nproc_argument,
+    add_site_options,
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
@@ -22,34 +23,12 @@ from ddpimg.train import startup
 from ddpimg.train.options import TrainConfig, add_training_arguments
 from ddpimg.train.preemption import PreemptionWatch, parse_signals
 
-DEFAULT_TIMEOUT_S = 600.0
-
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     """Options about how the job runs (as opposed to what it trains)."""
     group = parser.add_argument_group("launch")
     add_nproc_argument(group)
-    group.add_argument("--site", metavar="NAME|PATH", help="site profile (default: auto)")
-    group.add_argument(
-        "--backend",
-        default="",
-        choices=["", "nccl", "gloo"],
-        help="default: nccl on GPU, gloo on CPU",
-    )
-    group.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"rendezvous and collective timeout (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    group.add_argument(
-        "--keep-env",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="host variable (fnmatch pattern) to keep in the training environment",
-    )
+    add_site_options(group)
     add_local_rank_argument(group)
     group.add_argument(
         "--script",

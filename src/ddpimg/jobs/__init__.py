@@ -10,12 +10,12 @@ No torch, no os.environ: the command line (:mod:`ddpimg.cli.sbatch_cmd`) does th
 
 from __future__ import annotations
 
+from ddpimg.errors import JobError
 from ddpimg.jobs.checks import ERROR, WARNING, Finding, check_job, raise_for_errors
 from ddpimg.jobs.command import TrainCommand
 from ddpimg.jobs.render import render_script
 from ddpimg.jobs.spec import (
     FIELDS,
-    JobError,
     JobFile,
     JobSpec,
     flag_values,

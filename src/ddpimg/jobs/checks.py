@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpimg.errors import JobError, with_hint
 from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
 from ddpimg.jobs.flavour import flavour_mismatch
-from ddpimg.jobs.spec import DEFAULT, JobError, JobSpec, counted
+from ddpimg.jobs.spec import DEFAULT, JobSpec, counted
 from ddpimg.site.model import SiteProfile
 
 ERROR = "error"
@@ -31,7 +32,7 @@ class Finding:
     hint: str
 
     def __str__(self) -> str:
-        return f"{self.message}\n  hint: {self.hint}"
+        return with_hint(self.message, self.hint)
 
 
 def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> list[Finding]:

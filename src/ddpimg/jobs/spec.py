@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import JobError
 from ddpimg.jobs.flavour import default_image
 from ddpimg.site.model import JobDefaults, SiteProfile
 from ddpimg.site.select import select_profile
@@ -58,10 +58,6 @@ _SLURM_TIME = re.compile(
     r"|(?P<minutes>\d+))\Z"
 )
 _UNLIMITED = ("UNLIMITED", "INFINITE")
-
-
-class JobError(DdpimgError):
-    """A job cannot be rendered or submitted as asked."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.hardware.compat import TorchProbe, require_compatible
 from ddpimg.plan import LaunchPlan, short_hostname
 from ddpimg.runtime.context import DistContext
+from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
 from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend
 from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.runtime.flight_recorder import enable_flight_recorder
@@ -83,7 +84,7 @@ def rendezvous_port(plan: LaunchPlan) -> int:
 def initialize(
     plan: LaunchPlan,
     backend: str = "",
-    timeout_s: float = 600.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     device: torch.device | None = None,
     devices_per_rank: int = 1,
     *,

@@ -25,7 +25,7 @@ def run_training(
 
     Returns 0 when the run completed, ``exitcodes.PREEMPTED`` when ``preemption`` stopped it
     after a checkpoint (manifest.json: status "preempted"). Errors propagate (a DdpimgError
-    for user errors, to be reported as ``ddpimg: error:`` with exit status 2) after rank 0
+    for user errors, to be reported as ``ddpimg: error:`` with ``exitcodes.for_error``) after rank 0
     recorded the failure and its exit status in manifest.json.
     """
     from ddpimg import exitcodes
@@ -75,11 +75,13 @@ def run_training(
 
 def _failure(err: BaseException) -> tuple[str, int, str]:
     """Status, exit status and message that manifest.json records for a failed run."""
+    from ddpimg import exitcodes
+
+    code = exitcodes.for_error(err)
     if isinstance(err, KeyboardInterrupt):
-        return "interrupted", 130, "interrupted"
+        return "interrupted", code, "interrupted"
     if isinstance(err, DdpimgError):
-        return "failed", 2, str(err)
+        return "failed", code, str(err)
     if isinstance(err, SystemExit):
-        code = err.code if isinstance(err.code, int) else 1
         return "failed", code, f"exit {err.code}"
-    return "failed", 1, f"{type(err).__name__}: {err}"
+    return "failed", code, f"{type(err).__name__}: {err}"

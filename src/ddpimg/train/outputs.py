@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import ddpimg
 from ddpimg.errors import DdpimgError
+from ddpimg.fsio import write_json_atomic, write_text_atomic
+from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.train.progress import Progress
 
 if TYPE_CHECKING:
@@ -28,35 +30,12 @@ if TYPE_CHECKING:
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.options import TrainConfig
 
-METRICS = "metrics.jsonl"
-MANIFEST = "manifest.json"
 BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
 BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace ``path`` with ``data`` as JSON so that it is either the old or the new file."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that it is either the old or the new file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("w", encoding="utf-8") as stream:
-        stream.write(text)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
-    # The rename itself is durable only once the directory is synced.
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _first_lines(path: Path, count: int) -> list[str]:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg.fsio import fsync_tree
 from ddpimg.train.checkpoint.files import (
     MARKER,
     candidates,
     checkpoint_name,
-    fsync_tree,
     prune,
     publish,
     remove_leftovers,

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ddpimg.fsio import fsync_path, write_json_atomic
+
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"
 FORMAT = 1
@@ -50,25 +52,6 @@ def candidates(root: Path) -> list[Path]:
     return sorted(found, key=lambda path: step_of(path) or 0, reverse=True)
 
 
-def fsync_path(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def fsync_tree(directory: Path) -> None:
-    """fsync every file and folder under ``directory`` (folders after their content), so
-    that what this process (or node) wrote there is on disk before the marker is."""
-    for parent, folders, files in os.walk(directory, topdown=False):
-        for name in files:
-            fsync_path(Path(parent, name))
-        for name in folders:
-            fsync_path(Path(parent, name))
-    fsync_path(directory)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as stream:
@@ -98,13 +81,7 @@ def write_marker(directory: Path, step: int) -> None:
         for path in _content(directory)
     }
     marker = {"format": FORMAT, "step": step, "files": files}
-    temporary = directory / f".{MARKER}.tmp"
-    with temporary.open("w", encoding="utf-8") as stream:
-        json.dump(marker, stream, indent=1, sort_keys=True)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, directory / MARKER)
-    fsync_path(directory)
+    write_json_atomic(directory / MARKER, marker, indent=1)
 
 
 def verify(directory: Path) -> str | None:

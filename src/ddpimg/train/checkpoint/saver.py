@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from ddpimg.fsio import fsync_tree
 from ddpimg.train.checkpoint.files import (
     CHECKPOINTS,
     checkpoint_name,
-    fsync_tree,
     prune,
     publish,
     remove_leftovers,
