@@ -113,11 +113,7 @@ def _master_addr(topology: Topology, profile: SiteProfile, notes: list[str]) -> 
         else:
             notes.append(f"MASTER_ADDR: rank 0 publishes {profile.master_addr!r} at run time")
         return addr
-    if (
-        topology.world_size == topology.local_world_size
-        and not topology.hosts
-        and (topology.source in ("single", "torchrun"))
-    ):
+    if topology.all_local:
         notes.append("MASTER_ADDR=127.0.0.1: every rank runs on this machine")
         return LOOPBACK
     notes.append(
@@ -259,13 +255,3 @@ def build_plan(
 def short_hostname() -> str:
     """This machine's short host name (``hostname -s``), for profile auto-selection."""
     return os.uname().nodename.split(".")[0]
-
-
-def require_known_master(plan: LaunchPlan) -> None:
-    """Raise when a multi-rank job has no way to learn its master address."""
-    if plan.master_addr or plan.topology.world_size == 1:
-        return
-    raise LauncherError(
-        f"no master address for a {plan.topology.world_size}-rank {plan.topology.source} job",
-        hint="export MASTER_ADDR, or run under srun / mpirun with mpi4py installed",
-    )

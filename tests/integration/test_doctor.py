@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg import exitcodes
 from tests.integration.runs import command, run
 
 
@@ -45,6 +46,6 @@ def test_doctor_fails_and_names_a_missing_interface(
         "30",
     ]
     proc = run(cmd, slurm_env, check=False)
-    assert proc.returncode != 0
+    assert proc.returncode == exitcodes.CHECK_FAILED, proc.stderr
     assert "interface ib7" in proc.stderr
     assert "does not exist" in proc.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg import exitcodes
 from tests.integration.runs import QUICK_TRAIN, command, run, summary
 
 
@@ -42,7 +43,7 @@ def test_train_started_once_in_multi_task_batch_script_says_use_srun(
         check=False,
         timeout=180,
     )
-    assert proc.returncode != 0
+    assert proc.returncode == exitcodes.USAGE, log.read_text()
     text = log.read_text()
     assert "ddpimg: error:" in text
     assert "SLURM_NTASKS=2" in text

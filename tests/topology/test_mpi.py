@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import LauncherError
+from ddpimg.topology import resolve_with
 from ddpimg.topology.model import Topology
 from ddpimg.topology.mpi import MPICH, MVAPICH, OPENMPI, PALS, PMIX, MpiSource
 from tests.topology import envs
@@ -92,7 +93,7 @@ def test_detection(env: dict[str, str], detected_by: set[str]) -> None:
     [(0, 0), (1, 0), (2, 1), (3, 1)],
 )
 def test_mpirun_derives_nodes_from_local_size(rank: int, node_rank: int) -> None:
-    assert OPENMPI.resolve(envs.ompi(rank)) == Topology(
+    assert resolve_with(OPENMPI, envs.ompi(rank)) == Topology(
         source="openmpi",
         rank=rank,
         world_size=4,
@@ -107,12 +108,13 @@ def test_mpirun_derives_nodes_from_local_size(rank: int, node_rank: int) -> None
         master_port=None,
         job_key="2076704769",
         job_id="",
+        master_via_mpi=True,
     )
 
 
 def test_node_count_rounds_up_for_a_partial_last_node() -> None:
     env = envs.ompi(4, size=5, local_size=4) | {"OMPI_COMM_WORLD_LOCAL_RANK": "0"}
-    topology = OPENMPI.resolve(env)
+    topology = resolve_with(OPENMPI, env)
     assert (topology.node_rank, topology.num_nodes) == (1, 2)
 
 
@@ -127,7 +129,7 @@ def test_node_count_rounds_up_for_a_partial_last_node() -> None:
     ids=["batch-script", "daemon-step", "daemon-step-other-node"],
 )
 def test_mpirun_inside_an_allocation_ignores_the_daemons_slurm_ids(slurm: dict[str, str]) -> None:
-    topology = OPENMPI.resolve(slurm | envs.ompi(3))
+    topology = resolve_with(OPENMPI, slurm | envs.ompi(3))
     assert (topology.rank, topology.world_size, topology.node_rank) == (3, 4, 1)
     assert topology.hosts == ()
     assert topology.master_node == ""
@@ -138,7 +140,7 @@ def test_mpirun_inside_an_allocation_ignores_the_daemons_slurm_ids(slurm: dict[s
 def test_rank_equal_to_procid_by_chance_is_not_a_direct_launch() -> None:
     # Rank 0 under a one-daemon step: SLURM_PROCID matches, the task count does not.
     slurm = envs.srun(0, ntasks=1, nnodes=1, nodelist="della-i14g1", tasks_per_node="1")
-    assert OPENMPI.resolve(slurm | envs.ompi(0)).hosts == ()
+    assert resolve_with(OPENMPI, slurm | envs.ompi(0)).hosts == ()
 
 
 @pytest.mark.parametrize(
@@ -157,7 +159,7 @@ def test_rank_equal_to_procid_by_chance_is_not_a_direct_launch() -> None:
 def test_mpiexec_flavours(
     source: MpiSource, env: dict[str, str], expected: tuple[int, int, int, int, int, int, str]
 ) -> None:
-    topology = source.resolve(env)
+    topology = resolve_with(source, env)
     assert (
         topology.rank,
         topology.world_size,
@@ -172,7 +174,7 @@ def test_mpiexec_flavours(
 
 
 def test_pals_job_id_comes_from_pbs() -> None:
-    assert PALS.resolve(PALS_MPIEXEC).job_id == "123456.polaris-pbs-01"
+    assert resolve_with(PALS, PALS_MPIEXEC).job_id == "123456.polaris-pbs-01"
 
 
 @pytest.mark.parametrize(
@@ -187,7 +189,7 @@ def test_pals_job_id_comes_from_pbs() -> None:
 def test_ranks_started_by_srun_take_hosts_from_the_step(
     source: MpiSource, mpi: dict[str, str]
 ) -> None:
-    assert source.resolve(envs.srun(3) | mpi) == Topology(
+    assert resolve_with(source, envs.srun(3) | mpi) == Topology(
         source=source.name,
         rank=3,
         world_size=4,
@@ -200,12 +202,13 @@ def test_ranks_started_by_srun_take_hosts_from_the_step(
         master_node="della-i14g1",
         job_key="4242.0",
         job_id="4242",
+        master_via_mpi=True,
     )
 
 
 def test_ranks_started_by_srun_keep_the_launchers_local_variables() -> None:
     env = envs.srun(3) | PMI2 | {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"}
-    assert MPICH.resolve(env).local_rank == 1
+    assert resolve_with(MPICH, env).local_rank == 1
 
 
 @pytest.mark.parametrize(
@@ -217,7 +220,7 @@ def test_ranks_started_by_srun_keep_the_launchers_local_variables() -> None:
     ids=["mpirun", "srun-pmix"],
 )
 def test_exported_master_addr_and_port_win(env: dict[str, str], source: MpiSource) -> None:
-    topology = source.resolve(env | {"MASTER_ADDR": "della-i14g1-ib", "MASTER_PORT": "23456"})
+    topology = resolve_with(source, env | {"MASTER_ADDR": "della-i14g1-ib", "MASTER_PORT": "23456"})
     assert (topology.master_node, topology.master_addr_explicit) == ("della-i14g1-ib", True)
     assert topology.master_port == 23456
 
@@ -315,5 +318,7 @@ def test_errors_name_variables_and_values(
     source: MpiSource, env: dict[str, str], message: str
 ) -> None:
     with pytest.raises(LauncherError, match=message) as caught:
-        source.resolve(env)
-    assert caught.value.hint
+        resolve_with(source, env)
+    err = caught.value
+    assert err.hint, "every launcher error says what to do"
+    assert str(err) == f"{err.message}\n  hint: {err.hint}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import LauncherError
+from ddpimg.topology import resolve_with
 from ddpimg.topology.model import Topology
 from ddpimg.topology.single import SingleSource
 from tests.topology import envs
@@ -28,7 +29,7 @@ def test_always_detected_so_it_must_come_last(env: dict[str, str]) -> None:
     ids=["shell", "world-size-1", "one-task-batch-script", "pbs-job"],
 )
 def test_rank_zero_of_one_leaves_master_to_the_site(env: dict[str, str], job_id: str) -> None:
-    assert SINGLE.resolve(env) == Topology(
+    assert resolve_with(SINGLE, env) == Topology(
         source="single",
         rank=0,
         world_size=1,
@@ -43,11 +44,14 @@ def test_rank_zero_of_one_leaves_master_to_the_site(env: dict[str, str], job_id:
         master_port=None,
         job_key="",
         job_id=job_id,
+        all_local=True,
     )
 
 
 def test_exported_master_addr_and_port_win() -> None:
-    topology = SINGLE.resolve(envs.SHELL | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"})
+    topology = resolve_with(
+        SINGLE, envs.SHELL | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}
+    )
     assert (topology.master_node, topology.master_addr_explicit) == ("127.0.0.1", True)
     assert topology.master_port == 29512
 
@@ -73,5 +77,7 @@ def test_exported_master_addr_and_port_win() -> None:
 )
 def test_errors_name_variables_and_values(changes: dict[str, str], message: str) -> None:
     with pytest.raises(LauncherError, match=message) as caught:
-        SINGLE.resolve(envs.SHELL | changes)
-    assert caught.value.hint
+        resolve_with(SINGLE, envs.SHELL | changes)
+    err = caught.value
+    assert err.hint, "every launcher error says what to do"
+    assert str(err) == f"{err.message}\n  hint: {err.hint}"

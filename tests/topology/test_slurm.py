@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import HostlistError, LauncherError
+from ddpimg.topology import resolve_with
 from ddpimg.topology.model import Topology
 from ddpimg.topology.slurm import SLURM_VARIABLES, SlurmSource
 from tests.topology import envs
@@ -35,7 +36,7 @@ def test_detects_only_tasks_started_by_srun(env: dict[str, str], detected: bool)
     [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)],
 )
 def test_each_task_of_two_by_two_step(procid: int, local_rank: int, node_rank: int) -> None:
-    assert SLURM.resolve(envs.srun(procid)) == Topology(
+    assert resolve_with(SLURM, envs.srun(procid)) == Topology(
         source="slurm",
         rank=procid,
         world_size=4,
@@ -61,7 +62,7 @@ def test_uneven_step_gives_each_node_its_own_local_size(
     procid: int, local_rank: int, local_world_size: int, node_rank: int
 ) -> None:
     # srun -n 5 -N 2: 3 tasks on the first node, 2 on the second (not 5 // 2).
-    topology = SLURM.resolve(envs.srun(procid, ntasks=5, tasks_per_node="3,2"))
+    topology = resolve_with(SLURM, envs.srun(procid, ntasks=5, tasks_per_node="3,2"))
     assert (topology.rank, topology.world_size) == (procid, 5)
     assert (topology.local_rank, topology.local_world_size) == (local_rank, local_world_size)
     assert topology.node_rank == node_rank
@@ -71,7 +72,7 @@ def test_uneven_step_gives_each_node_its_own_local_size(
 def test_step_on_part_of_the_job_uses_step_variables() -> None:
     # srun -N1 -n2 inside the two-node, four-task job: the job variables describe the job.
     env = envs.srun(1, ntasks=2, nnodes=1, nodelist="della-i14g2", tasks_per_node="2", step_id="3")
-    topology = SLURM.resolve(env)
+    topology = resolve_with(SLURM, env)
     assert (topology.world_size, topology.num_nodes) == (2, 1)
     assert topology.hosts == ("della-i14g2",)
     assert topology.master_node == "della-i14g2"
@@ -96,7 +97,7 @@ STEP = envs.srun(0) | {
     ],
 )
 def test_nodelist_precedence(removed: tuple[str, ...], first_host: str) -> None:
-    topology = SLURM.resolve(without(STEP, *removed))
+    topology = resolve_with(SLURM, without(STEP, *removed))
     assert topology.hosts[0] == topology.master_node == first_host
 
 
@@ -111,7 +112,7 @@ PARTIAL = envs.srun(0, ntasks=2, nnodes=1, nodelist="della-i14g1", tasks_per_nod
 
 
 def test_partial_step_resolves_from_step_variables() -> None:
-    topology = SLURM.resolve(PARTIAL)
+    topology = resolve_with(SLURM, PARTIAL)
     assert (topology.world_size, topology.num_nodes, topology.tasks_per_node) == (2, 1, (2,))
 
 
@@ -146,7 +147,7 @@ def test_job_variable_is_the_fallback_when_the_step_variable_is_missing(
     # In a step on part of the job the job-wide value is wrong; the error names the variable
     # that was actually used, which shows the fallback order.
     with pytest.raises(LauncherError, match=message):
-        SLURM.resolve(without(PARTIAL, *removed))
+        resolve_with(SLURM, without(PARTIAL, *removed))
 
 
 @pytest.mark.parametrize(
@@ -167,14 +168,14 @@ def test_variable_table_prefers_step_scoped_names(logical: str, names: tuple[str
 
 def test_exported_master_addr_and_port_win() -> None:
     env = envs.srun(2) | {"MASTER_ADDR": "della-i14g1-ib", "MASTER_PORT": "12345"}
-    topology = SLURM.resolve(env)
+    topology = resolve_with(SLURM, env)
     assert topology.master_node == "della-i14g1-ib"
     assert topology.master_addr_explicit is True
     assert topology.master_port == 12345
 
 
 def test_exported_master_port_alone_keeps_the_first_host() -> None:
-    topology = SLURM.resolve(envs.srun(2) | {"MASTER_PORT": "12345"})
+    topology = resolve_with(SLURM, envs.srun(2) | {"MASTER_PORT": "12345"})
     assert (topology.master_node, topology.master_addr_explicit) == ("della-i14g1", False)
     assert topology.master_port == 12345
 
@@ -248,8 +249,10 @@ def test_errors_name_variables_and_values(
 ) -> None:
     env = without(envs.srun(0), *removed) | changes
     with pytest.raises(LauncherError, match=message) as caught:
-        SLURM.resolve(env)
-    assert caught.value.hint
+        resolve_with(SLURM, env)
+    err = caught.value
+    assert err.hint, "every launcher error says what to do"
+    assert str(err) == f"{err.message}\n  hint: {err.hint}"
 
 
 @pytest.mark.parametrize(
@@ -262,4 +265,4 @@ def test_errors_name_variables_and_values(
 )
 def test_malformed_lists_name_the_step_variable(variable: str, value: str, message: str) -> None:
     with pytest.raises(HostlistError, match=message):
-        SLURM.resolve(envs.srun(0) | {variable: value})
+        resolve_with(SLURM, envs.srun(0) | {variable: value})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import LauncherError
+from ddpimg.topology import resolve_with
 from ddpimg.topology.model import Topology
 from ddpimg.topology.torchrun import TorchrunSource
 from tests.topology import envs
@@ -52,7 +53,7 @@ def test_detection(env: dict[str, str], detected: bool) -> None:
 
 @pytest.mark.parametrize("rank", [0, 1, 2, 3])
 def test_each_worker_of_two_nodes_by_two(rank: int) -> None:
-    assert TORCHRUN.resolve(envs.torchrun(rank)) == Topology(
+    assert resolve_with(TORCHRUN, envs.torchrun(rank)) == Topology(
         source="torchrun",
         rank=rank,
         world_size=4,
@@ -70,7 +71,7 @@ def test_each_worker_of_two_nodes_by_two(rank: int) -> None:
 def test_inside_srun_torchrun_variables_win_over_slurm() -> None:
     # srun -N2 --ntasks-per-node=1 torchrun --nproc-per-node=2: Slurm sees one task per node.
     env = envs.srun(1, ntasks=2, tasks_per_node="1(x2)") | envs.torchrun(3)
-    topology = TORCHRUN.resolve(env)
+    topology = resolve_with(TORCHRUN, env)
     assert (topology.rank, topology.world_size, topology.node_rank) == (3, 4, 1)
     assert (topology.local_rank, topology.local_world_size) == (1, 2)
     assert topology.hosts == ()
@@ -85,12 +86,12 @@ def test_group_world_size_counts_nodes_with_uneven_workers() -> None:
         "LOCAL_RANK": "1",
         "GROUP_RANK": "1",
     }
-    assert TORCHRUN.resolve(env).num_nodes == 2
+    assert resolve_with(TORCHRUN, env).num_nodes == 2
 
 
 def test_without_group_world_size_nodes_are_world_over_local() -> None:
     env = without(envs.torchrun(5, nproc_per_node=2, nnodes=4), "GROUP_WORLD_SIZE")
-    assert TORCHRUN.resolve(env).num_nodes == 4
+    assert resolve_with(TORCHRUN, env).num_nodes == 4
 
 
 @pytest.mark.parametrize(
@@ -133,8 +134,10 @@ def test_errors_name_variables_and_values(
 ) -> None:
     env = without(envs.torchrun(0), *removed) | changes
     with pytest.raises(LauncherError, match=message) as caught:
-        TORCHRUN.resolve(env)
-    assert caught.value.hint
+        resolve_with(TORCHRUN, env)
+    err = caught.value
+    assert err.hint, "every launcher error says what to do"
+    assert str(err) == f"{err.message}\n  hint: {err.hint}"
 
 
 def test_derived_node_count_is_named_as_derived() -> None:
@@ -143,4 +146,4 @@ def test_derived_node_count_is_named_as_derived() -> None:
         LauncherError,
         match=r"GROUP_RANK=2 is not below node count 2 \(from WORLD_SIZE / LOCAL_WORLD_SIZE\)",
     ):
-        TORCHRUN.resolve(env)
+        resolve_with(TORCHRUN, env)

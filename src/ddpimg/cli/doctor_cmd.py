@@ -20,7 +20,7 @@ from ddpimg.cli.launch_options import (
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.plan import LaunchPlan
-from ddpimg.runtime.interfaces import interface_names, ipv4_address
+from ddpimg.runtime.interfaces import interface_names, ipv4_address, missing_interfaces
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 
 if TYPE_CHECKING:
@@ -66,13 +66,12 @@ def local_report(plan: LaunchPlan) -> RankReport:
         visible_gpus=os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         removed=len(plan.removed),
     )
-    present = set(interface_names())
+    for name in missing_interfaces(plan.site.interfaces):
+        report.problems.append(
+            f"interface {name} (profile {plan.site.name}) does not exist on {report.host}; "
+            f"present: {', '.join(interface_names())}"
+        )
     for name in plan.site.interfaces:
-        if name not in present:
-            report.problems.append(
-                f"interface {name} (profile {plan.site.name}) does not exist on {report.host}; "
-                f"present: {', '.join(sorted(present))}"
-            )
         report.interfaces[name] = ipv4_address(name) or "-"
     try:
         stat = os.statvfs("/dev/shm")

@@ -21,12 +21,9 @@ from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
-from ddpimg.topology.mpi import MPI_SOURCES
 
 if TYPE_CHECKING:
     import torch
-
-MPI_SOURCE_NAMES = frozenset(source.name for source in MPI_SOURCES)
 
 
 def check_interfaces(plan: LaunchPlan) -> None:
@@ -56,7 +53,7 @@ def apply_plan(plan: LaunchPlan, *, publish_master: bool = True) -> str:
     os.environ.update(dict(plan.exports))
     master = plan.master_addr
     if not master:
-        if plan.topology.source not in MPI_SOURCE_NAMES:
+        if not plan.topology.master_via_mpi:
             raise LauncherError(
                 f"site profile {plan.site.name}: network.master_addr={plan.site.master_addr!r} "
                 "can only be resolved by rank 0 over MPI, but this is a "
@@ -74,7 +71,7 @@ def rendezvous_port(plan: LaunchPlan) -> int:
     """The plan's port, except for a job on this machine alone with no port given: there a
     free port is taken, so two local runs on one laptop do not collide."""
     topo = plan.topology
-    if topo.source != "single" or topo.master_port is not None:
+    if not topo.all_local or topo.world_size > 1 or topo.master_port is not None:
         return plan.master_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

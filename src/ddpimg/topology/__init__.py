@@ -19,22 +19,21 @@ Detection order, most specific first:
 4. ``slurm``: a task that ``srun`` started (SLURM_STEP_ID is set).
 5. ``single``: none of the above.
 
-One mistake is caught before ``single`` is chosen: ``train`` run once inside a batch script
-that asked for several tasks (SLURM_NTASKS > 1, no SLURM_STEP_ID). It would train alone while
-the allocation idles, so it is an error with the fix (``srun train ...``).
+``single`` refuses one mistake: ``train`` run once inside a batch script that asked for
+several tasks (SLURM_NTASKS > 1, no SLURM_STEP_ID). It would train alone while the allocation
+idles, so it is an error with the fix (``srun train ...``).
 """
 
 from __future__ import annotations
 
-from ddpimg.errors import LauncherError
-from ddpimg.topology._env import parse_int
+from ddpimg.topology.consistency import check_topology
 from ddpimg.topology.env_contract import EnvContractSource
 from ddpimg.topology.hostlist import expand_hostlist
 from ddpimg.topology.model import Env, RankSource, Topology
 from ddpimg.topology.mpi import MPI_SOURCES
 from ddpimg.topology.port import derive_port
 from ddpimg.topology.single import SingleSource
-from ddpimg.topology.slurm import SlurmSource, in_slurm_step
+from ddpimg.topology.slurm import SlurmSource
 from ddpimg.topology.tasks import parse_tasks_per_node
 from ddpimg.topology.torchrun import TorchrunSource
 
@@ -52,29 +51,20 @@ def detect_source(env: Env) -> RankSource:
     return next(source for source in RANK_SOURCES if source.detect(env))
 
 
+def resolve_with(source: RankSource, env: Env) -> Topology:
+    """The topology ``source`` reads from ``env``, once its fields passed the consistency
+    check (the only place that runs it)."""
+    topology, origin = source.read(env)
+    return check_topology(topology, origin, env)
+
+
 def resolve_topology(env: Env) -> Topology:
     """The topology of the process whose environment is ``env``.
 
     Raises LauncherError (HostlistError for node lists) naming the variables and values when
     they are missing, malformed or contradict each other.
     """
-    source = detect_source(env)
-    if source.name == "single":
-        _refuse_bare_batch_script(env)
-    return source.resolve(env)
-
-
-def _refuse_bare_batch_script(env: Env) -> None:
-    """Refuse a multi-task batch allocation that runs the command once, outside srun."""
-    if "SLURM_JOB_ID" not in env or in_slurm_step(env) or "SLURM_NTASKS" not in env:
-        return
-    tasks = parse_int("SLURM_NTASKS", env["SLURM_NTASKS"], "slurm")
-    if tasks > 1:
-        raise LauncherError(
-            f"train was started once inside a batch script of {tasks} tasks "
-            f"(SLURM_NTASKS={tasks}, no SLURM_STEP_ID)",
-            "launch it with srun: srun train ... (or ask for a single task with --ntasks=1)",
-        )
+    return resolve_with(detect_source(env), env)
 
 
 __all__ = [
@@ -85,4 +75,5 @@ __all__ = [
     "expand_hostlist",
     "parse_tasks_per_node",
     "resolve_topology",
+    "resolve_with",
 ]

@@ -10,12 +10,9 @@ names the variables that disagree and the values found.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from ddpimg.errors import LauncherError
-from ddpimg.topology.model import Env, Topology
-
-Origin = Mapping[str, str]
+from ddpimg.topology.model import Env, Origin, Topology
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LABELS = {"num_nodes": "node count", "hosts": "host list"}

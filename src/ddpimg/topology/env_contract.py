@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import batch_job_id, parse_int, read_int, read_master
-from ddpimg.topology.consistency import check_topology
-from ddpimg.topology.model import Env, Topology
+from ddpimg.topology.model import Env, Origin, Topology
 from ddpimg.topology.mpi import MPI_SOURCES
 from ddpimg.topology.slurm import SLURM_VARIABLES, in_slurm_step
 
@@ -84,7 +83,7 @@ class EnvContractSource:
         outer = outer_launch_size(env)
         return outer is None or outer[1] != env["WORLD_SIZE"].strip()
 
-    def resolve(self, env: Env) -> Topology:
+    def read(self, env: Env) -> tuple[Topology, Origin]:
         rank = read_int(env, "RANK", NAME)
         world_size = read_int(env, "WORLD_SIZE", NAME)
         master = read_master(env, NAME, required=True)
@@ -127,7 +126,7 @@ class EnvContractSource:
             job_id=batch_job_id(env),
             notes=notes,
         )
-        return check_topology(topology, origin, env)
+        return topology, origin
 
 
 def _derive_local_world_size(

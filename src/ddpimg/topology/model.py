@@ -40,6 +40,8 @@ class Topology:
     master_port: int | None = None
     job_key: str = ""
     job_id: str = ""
+    master_via_mpi: bool = False
+    all_local: bool = False
     # How values the launcher did not give were derived, for ``ddpimg env --explain``.
     notes: tuple[str, ...] = ()
 
@@ -55,6 +57,11 @@ class Topology:
         return None
 
 
+# Where each field of a topology came from: field name -> variable name, or an expression for
+# a derived field; the consistency check names these when values disagree.
+Origin = Mapping[str, str]
+
+
 class RankSource(Protocol):
     """One launcher's way of telling a process its rank. One module per launcher."""
 
@@ -64,6 +71,8 @@ class RankSource(Protocol):
         """True when this launcher started the process (cheap; presence of marker variables)."""
         ...
 
-    def resolve(self, env: Env) -> Topology:
-        """The topology. Raises LauncherError naming the variables when they are inconsistent."""
+    def read(self, env: Env) -> tuple[Topology, Origin]:
+        """The topology as the launcher's variables give it, and where each field came from.
+        Raises LauncherError naming a variable that is missing or malformed; whether the
+        fields agree with each other is ``topology.resolve_with``'s check, not the source's."""
         ...

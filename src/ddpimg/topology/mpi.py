@@ -51,13 +51,13 @@ from typing import NamedTuple
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import batch_job_id, read_int, read_master, read_optional_int
-from ddpimg.topology.consistency import check_topology
-from ddpimg.topology.model import Env, Topology
+from ddpimg.topology.model import Env, Origin, Topology
 from ddpimg.topology.slurm import in_slurm_step, resolve_step, step_rank_and_size
 
 
 # The two tables are NamedTuples rather than frozen dataclasses: they are constants read once,
-# and every dataclass costs ddpimg env's start-up about a millisecond to create.
+# and a dataclass generates its methods when the module is imported, which every rank's
+# ``ddpimg env`` would pay at start-up.
 class MpiLayout(NamedTuple):
     """The variables that place a rank: world size, rank on its node, ranks on its node."""
 
@@ -93,7 +93,7 @@ class MpiSource:
         names = self.variables
         return names.rank in env and not any(marker in env for marker in names.not_with)
 
-    def resolve(self, env: Env) -> Topology:
+    def read(self, env: Env) -> tuple[Topology, Origin]:
         names = self.variables
         rank = read_int(env, names.rank, self.name)
         layout = names.layout
@@ -108,7 +108,8 @@ class MpiSource:
         else:
             world_size = read_int(env, layout.world_size, self.name)
             topology, origin = self._from_mpirun(env, rank, world_size, layout)
-        return check_topology(topology, origin, env)
+        # Every MPI launch lets rank 0 broadcast its address (runtime/mpi_master.py).
+        return dataclasses.replace(topology, master_via_mpi=True), origin
 
     def _from_slurm_step(self, env: Env, rank: int) -> tuple[Topology, dict[str, str]]:
         step, origin = resolve_step(env)

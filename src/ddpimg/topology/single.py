@@ -13,10 +13,10 @@ process.
 from __future__ import annotations
 
 from ddpimg.errors import LauncherError
-from ddpimg.topology._env import batch_job_id, read_master, read_optional_int
-from ddpimg.topology.consistency import check_topology
+from ddpimg.topology._env import batch_job_id, parse_int, read_master, read_optional_int
 from ddpimg.topology.env_contract import CONTRACT
-from ddpimg.topology.model import Env, Topology
+from ddpimg.topology.model import Env, Origin, Topology
+from ddpimg.topology.slurm import in_slurm_step
 
 NAME = "single"
 
@@ -29,7 +29,8 @@ class SingleSource:
     def detect(self, env: Env) -> bool:
         return True
 
-    def resolve(self, env: Env) -> Topology:
+    def read(self, env: Env) -> tuple[Topology, Origin]:
+        _refuse_bare_batch_script(env)
         world_size = read_optional_int(env, "WORLD_SIZE", NAME)
         if world_size is not None and world_size > 1:
             missing = [name for name in CONTRACT if name not in env]
@@ -54,5 +55,19 @@ class SingleSource:
             master_addr_explicit=master.addr is not None,
             master_port=master.port,
             job_id=batch_job_id(env),
+            all_local=True,
         )
-        return check_topology(topology, {}, env)
+        return topology, {}
+
+
+def _refuse_bare_batch_script(env: Env) -> None:
+    """Refuse a multi-task batch allocation that runs the command once, outside srun."""
+    if "SLURM_JOB_ID" not in env or in_slurm_step(env) or "SLURM_NTASKS" not in env:
+        return
+    tasks = parse_int("SLURM_NTASKS", env["SLURM_NTASKS"], "slurm")
+    if tasks > 1:
+        raise LauncherError(
+            f"train was started once inside a batch script of {tasks} tasks "
+            f"(SLURM_NTASKS={tasks}, no SLURM_STEP_ID)",
+            "launch it with srun: srun train ... (or ask for a single task with --ntasks=1)",
+        )

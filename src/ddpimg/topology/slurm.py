@@ -19,9 +19,8 @@ from collections.abc import Mapping
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import parse_int, read_master, read_str
-from ddpimg.topology.consistency import check_topology
 from ddpimg.topology.hostlist import expand_hostlist
-from ddpimg.topology.model import Env, Topology
+from ddpimg.topology.model import Env, Origin, Topology
 from ddpimg.topology.tasks import parse_tasks_per_node
 
 NAME = "slurm"
@@ -107,9 +106,8 @@ class SlurmSource:
     def detect(self, env: Env) -> bool:
         return in_slurm_step(env)
 
-    def resolve(self, env: Env) -> Topology:
-        topology, origin = resolve_step(env)
-        return check_topology(topology, origin, env)
+    def read(self, env: Env) -> tuple[Topology, Origin]:
+        return resolve_step(env)
 
 
 def _lookup(env: Env, logical: str) -> tuple[str, str]:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from ddpimg.errors import LauncherError
 from ddpimg.topology._env import batch_job_id, read_int, read_master, read_optional_int
-from ddpimg.topology.consistency import check_topology
-from ddpimg.topology.model import Env, Topology
+from ddpimg.topology.model import Env, Origin, Topology
 
 NAME = "torchrun"
 
@@ -40,7 +39,7 @@ class TorchrunSource:
             "GROUP_RANK" in env or any(name.startswith("TORCHELASTIC_") for name in env)
         )
 
-    def resolve(self, env: Env) -> Topology:
+    def read(self, env: Env) -> tuple[Topology, Origin]:
         rank = read_int(env, "RANK", NAME)
         world_size = read_int(env, "WORLD_SIZE", NAME)
         local_rank = read_int(env, "LOCAL_RANK", NAME)
@@ -65,6 +64,7 @@ class TorchrunSource:
             master_port=master.port,
             job_key=env.get("TORCHELASTIC_RUN_ID", "").strip(),
             job_id=batch_job_id(env),
+            all_local=world_size == local_world_size,
         )
         origin = {
             "rank": "RANK",
@@ -74,7 +74,7 @@ class TorchrunSource:
             "node_rank": "GROUP_RANK",
             "num_nodes": nodes_origin,
         }
-        return check_topology(topology, origin, env)
+        return topology, origin
 
 
 def _uniform_node_count(world_size: int, local_world_size: int) -> int:
