@@ -6,6 +6,7 @@ import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
+from ddpimg import exitcodes
 from ddpimg.cli.launch_options import SITE_OPTIONS
 from ddpimg.plan import build_plan, short_hostname
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         import json
 
         print(json.dumps(data, indent=2, sort_keys=True))
-        return 0
+        return exitcodes.OK
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key in ("env", "removed", "explain", "hosts"):
@@ -106,4 +107,4 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print("explain:")
         for note in data["explain"]:
             print(f"  - {note}")
-    return 0
+    return exitcodes.OK

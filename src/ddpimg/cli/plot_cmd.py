@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ddpimg import exitcodes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -31,4 +33,4 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     runs = [read_run(path) for path in args.runs]
     plot_runs(runs, args.output)
     print(f"wrote {args.output}")
-    return 0
+    return exitcodes.OK

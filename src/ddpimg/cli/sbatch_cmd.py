@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpimg import exitcodes
 from ddpimg.jobs import (
     ERROR,
     FIELDS,
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         sys.stdout.write(script)
     if args.submit:
         print(submit(script, path, env))
-    return 0
+    return exitcodes.OK
 
 
 def _command_words(words: list[str]) -> list[str]:
