@@ -3,9 +3,9 @@
 Once every rank has joined the rendezvous, ``init_process_group`` makes Gloo connect every
 pair of ranks over the interface GLOO_SOCKET_IFNAME names (or the one the host name
 resolves to). When those addresses cannot reach each other, Gloo retries until its own
-connect timeout: on the namespace cluster the job ended 108 s after it started with
-``--timeout 20``. The watchdog ends the process at the deadline instead, with a message
-that says which interfaces were in use, and exit status 3 (as for a failed rendezvous).
+connect timeout, which ``--timeout`` does not shorten, so the job would hang for minutes with
+nothing said. The watchdog ends the process at the deadline instead, with a message that
+says which interfaces were in use, and exit status 3 (as for a failed rendezvous).
 """
 
 from __future__ import annotations
