@@ -34,11 +34,15 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text``: temporary file beside it, fsync, rename, fsync of the
     folder."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("w", encoding="utf-8") as stream:
-        stream.write(text)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+    try:
+        with temporary.open("w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk must not also fill up with leftovers
+        raise
     fsync_path(path.parent)
 
 

@@ -1,0 +1,48 @@
+"""The one error path: how a user error reads, which exit status it gets, and that library
+code catching ValueError cannot swallow it."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from ddpimg import exitcodes
+from ddpimg.errors import DdpimgError, JobError, LauncherError, RendezvousError, report
+
+
+def test_report_prints_message_then_indented_hint() -> None:
+    stream = io.StringIO()
+    report(LauncherError("RANK=9 is not below WORLD_SIZE=4", hint="unset RANK"), stream=stream)
+    report("doctor: rank 1 on n1: no ib0", stream=stream)
+    assert stream.getvalue() == (
+        "ddpimg: error: RANK=9 is not below WORLD_SIZE=4\n  hint: unset RANK\n"
+        "ddpimg: error: doctor: rank 1 on n1: no ib0\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("err", "status"),
+    [
+        (KeyboardInterrupt(), exitcodes.INTERRUPTED),
+        (RendezvousError("1 of 2 ranks never joined"), exitcodes.RENDEZVOUS_FAILED),
+        (LauncherError("bad RANK"), exitcodes.USAGE),
+        (JobError("no --time"), exitcodes.USAGE),
+        (SystemExit(75), 75),
+        (SystemExit("a message"), exitcodes.TRAINING_FAILED),
+        (RuntimeError("NCCL error"), exitcodes.TRAINING_FAILED),
+    ],
+)
+def test_each_outcome_has_one_exit_status(err: BaseException, status: int) -> None:
+    assert exitcodes.for_error(err) == status
+
+
+def test_a_user_error_is_not_caught_as_a_value_error() -> None:
+    def load() -> None:
+        try:
+            raise DdpimgError("checkpoint from another run", hint="use --resume none")
+        except ValueError:  # what a broad wrapper around library code catches
+            raise AssertionError("the user error was re-worded") from None
+
+    with pytest.raises(DdpimgError, match="checkpoint from another run"):
+        load()
