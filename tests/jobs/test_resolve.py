@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ddpimg.jobs import JobError, JobFile, load_job_file, parse_slurm_time, resolve_job
-from ddpimg.jobs.spec import flag_values, select_job_profile
+from ddpimg.jobs.resolve import flag_values, select_job_profile
 from tests.jobs.conftest import TRAIN, shipped, spec_for
 
 
