@@ -10,8 +10,6 @@ that is not a known name only warns (:class:`ProfileWarning`).
 from __future__ import annotations
 
 import hashlib
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +17,12 @@ from ddpimg.errors import ProfileError
 from ddpimg.site import known_vars
 from ddpimg.site.model import Fabric, Hardware, JobDefaults, MatchRule, SiteProfile
 from ddpimg.site.schema import SCHEMA, SECTIONS, Key, section_keys
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+from ddpimg.tomlfile import read_toml
 
 # difflib, json and warnings serve only to report a problem, so they are imported where one is
 # found: ddpimg env, which every rank runs at start-up, does not pay for them.
 
 SCHEMA_HINT = "see site-profiles/README.md for every key, its type and an example"
-# A string, not a compiled expression: only a malformed file needs it.
-_TOML_POSITION = r"line (\d+), column (\d+)"
 _TOML_TYPE_NAMES = {
     bool: "boolean",
     int: "integer",
@@ -48,24 +40,12 @@ class ProfileWarning(UserWarning):
 def load_profile(path: str | Path) -> SiteProfile:
     """Read and validate the profile at ``path``."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ProfileError(
-            f"cannot read site profile {path}: {err.strerror or err}",
-            hint="check the path given by --site, DDPIMG_SITE or DDPIMG_SITE_PATH",
-        ) from err
-    try:
-        document = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"{path}: not UTF-8 text ({err})", hint="save it as UTF-8") from err
-    except tomllib.TOMLDecodeError as err:
-        position = re.search(_TOML_POSITION, str(err))
-        where = f"line {position[1]}, column {position[2]}" if position else "the reported place"
-        raise ProfileError(
-            f"{path}: not valid TOML: {err}", hint=f"fix the TOML syntax at {where}"
-        ) from err
-
+    data, document = read_toml(
+        path,
+        ProfileError,
+        what="site profile",
+        path_hint="check the path given by --site, DDPIMG_SITE or DDPIMG_SITE_PATH",
+    )
     values = _validate(path, document)
     profile = _build(path, values, hashlib.sha256(data).hexdigest())
     if profile.name != path.stem:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from ddpimg.site.fabric import TRANSPORTS, check_binds, check_library_paths
 from ddpimg.site.master import check_master_template
+from ddpimg.tomlfile import INTEGER, NUMBER, STRING, STRING_LIST, Kind, is_int
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -21,51 +22,15 @@ MIN_PORT = 1024
 MAX_PORT = 65535
 
 
-def _is_int(value: object) -> bool:
-    # TOML booleans are Python bools, which are ints; a profile saying `true` meant no number.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_str_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
 def _is_port_pair(value: object) -> bool:
-    return isinstance(value, list) and len(value) == 2 and all(_is_int(item) for item in value)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _to_tuple(value: Any) -> Any:
-    return tuple(value)
+    return isinstance(value, list) and len(value) == 2 and all(is_int(item) for item in value)
 
 
 def _to_sorted_items(value: Any) -> Any:
     return tuple(sorted(value.items()))
 
 
-# Kind and Key are NamedTuples rather than frozen dataclasses: they are constants, and every
-# dataclass costs ddpimg env's start-up about a millisecond to create.
-class Kind(NamedTuple):
-    """A value type: its name in messages, how it is recognised, how it is stored.
-
-    ``entry`` is set for tables of free-form names; each entry is checked against it so an
-    error names the entry (``env.NCCL_IB_TIMEOUT``), not just the table.
-    """
-
-    name: str
-    accepts: Callable[[object], bool]
-    convert: Callable[[Any], Any] = _identity
-    entry: Kind | None = None
-
-
-STRING = Kind("a string", lambda value: isinstance(value, str))
-INTEGER = Kind("an integer", _is_int)
-STRING_LIST = Kind("a list of strings", _is_str_list, _to_tuple)
-PORT_PAIR = Kind("a list of two integers [low, high]", _is_port_pair, _to_tuple)
-NUMBER = Kind("a number", lambda value: _is_int(value) or isinstance(value, float), float)
+PORT_PAIR = Kind("a list of two integers [low, high]", _is_port_pair, tuple)
 STRING_TABLE = Kind(
     'a table of strings (NAME = "value")',
     lambda value: isinstance(value, dict),
@@ -141,6 +106,8 @@ def _build_name(value: str) -> str | None:
     return None
 
 
+# A NamedTuple, like Kind, rather than a frozen dataclass: the schema is a constant, built at
+# every rank's start-up (ddpimg env).
 class Key(NamedTuple):
     """One schema entry. ``target`` is the SiteProfile field it fills: ``name``,
     ``match.<field>`` (MatchRule) or ``job.<field>`` (JobDefaults). ``check`` returns why a

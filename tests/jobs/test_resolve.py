@@ -1,15 +1,14 @@
-"""Job resolution: precedence cell by cell, derived values, value checks and the job file."""
+"""Job resolution: precedence cell by cell, derived values, and value checks naming the layer."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ddpimg.jobs import JobError, JobFile, load_job_file, parse_slurm_time, resolve_job
-from ddpimg.jobs.spec import flag_values, select_job_profile
+from ddpimg.jobs import JobError, JobFile, resolve_job
+from ddpimg.jobs.resolve import flag_values, select_job_profile
 from tests.jobs.conftest import TRAIN, shipped, spec_for
 
 
@@ -204,82 +203,3 @@ def test_nodes_missing() -> None:
     with pytest.raises(JobError, match="the number of nodes is not given") as caught:
         resolve_job(shipped("puhti"), {})
     assert caught.value.hint == "pass --nodes N, or nodes = N in the job file"
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"),
-    [
-        ("90", 5400),
-        ("05:30", 330),
-        ("01:30:00", 5400),
-        ("1-12", 129600),
-        ("1-12:30", 131400),
-        ("2-00:00:01", 172801),
-        ("UNLIMITED", None),
-        ("infinite", None),
-    ],
-)
-def test_parse_slurm_time(value: str, seconds: int | None) -> None:
-    assert parse_slurm_time(value) == seconds
-
-
-@pytest.mark.parametrize("value", ["", "1h", "1:2:3:4", "-5", "1-", "12:", "1.5"])
-def test_parse_slurm_time_rejects(value: str) -> None:
-    with pytest.raises(JobError, match=r"is not a Slurm time limit"):
-        parse_slurm_time(value)
-
-
-# ---------------------------------------------------------------- the job file
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "job.toml"
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def test_job_file_round_trip(tmp_path: Path) -> None:
-    path = write(
-        tmp_path,
-        """\
-        site = "della"
-        nodes = 2
-        time = "04:00:00"
-        binds = ["/data"]
-        command = ["train", "mnist", "--epochs", "3"]
-        """,
-    )
-    loaded = load_job_file(path)
-    assert loaded.site == "della"
-    spec = resolve_job(shipped("della"), {}, loaded, site=loaded.site)
-    assert (spec.nodes, spec.time, spec.binds, spec.source("nodes")) == (
-        2,
-        "04:00:00",
-        ("/scratch/gpfs", "/data"),
-        str(path),
-    )
-    assert spec.command == ("train", "mnist", "--epochs", "3")
-
-
-@pytest.mark.parametrize(
-    ("text", "message", "hint"),
-    [
-        ("node = 2\n", r"unknown key 'node'\n", "did you mean 'nodes'?"),
-        ("[job]\nnodes = 2\n", r"unknown key 'job' \(job files have no sections\)", "known keys"),
-        ("nodes = true\n", r"key 'nodes' must be an integer, found True \(bool\)", "nodes = 4"),
-        ("nodes = 2.0\n", r"key 'nodes' must be an integer, found 2\.0 \(float\)", "nodes = 4"),
-        ("binds = [1]\n", r"key 'binds' must be a list of strings", 'binds = ["a", "b"]'),
-        ("site = 3\n", r"key 'site' must be a string, found 3 \(int\)", 'site = "text"'),
-        ("nodes = \n", r"not valid TOML", "fix the TOML syntax"),
-    ],
-)
-def test_job_file_errors(tmp_path: Path, text: str, message: str, hint: str) -> None:
-    with pytest.raises(JobError, match=message) as caught:
-        load_job_file(write(tmp_path, text))
-    assert str(tmp_path / "job.toml") in caught.value.message
-    assert hint in str(caught.value.hint)
-
-
-def test_job_file_missing(tmp_path: Path) -> None:
-    with pytest.raises(JobError, match=r"cannot read job file .*nope\.toml: No such file"):
-        load_job_file(tmp_path / "nope.toml")

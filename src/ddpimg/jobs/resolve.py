@@ -1,0 +1,137 @@
+"""Resolving a job: where each value comes from.
+
+Precedence, highest first (each cell is tested in ``tests/jobs/test_resolve.py``):
+
+1. a command-line flag (``--nodes 2``);
+2. the job file (``--config job.toml`` holding ``nodes = 2``);
+3. the site profile's ``[job]`` section (GPUs per node, GPU type and request syntax, CPUs per
+   task, partition, constraint, binds);
+4. the built-in default in :data:`~ddpimg.jobs.fields.FIELDS`.
+
+List fields (``binds``, ``sbatch_options``) are the exception: every layer adds to them, in
+the order profile, job file, flags, so ``--bind /data`` keeps the site's file systems.
+
+The profile itself is chosen by ``--site``, else the job file's ``site``, else the usual
+``DDPIMG_SITE`` > auto-detection > ``generic`` (:func:`ddpimg.site.select_profile`).
+
+Every value is checked against its field (:func:`~ddpimg.jobs.fields.check_value`), the
+error naming the layer it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from ddpimg.errors import JobError
+from ddpimg.jobs.fields import DEFAULT_IMAGES, FIELD_BY_NAME, FIELDS, Field, check_value
+from ddpimg.jobs.flavour import default_image
+from ddpimg.jobs.job_file import JobFile
+from ddpimg.jobs.spec import FLAG, JobSpec
+from ddpimg.site.model import JobDefaults, SiteProfile
+from ddpimg.site.select import select_profile
+
+
+def select_job_profile(
+    env: Mapping[str, str], hostname: str, site_flag: str | None, job_file: JobFile | None
+) -> tuple[SiteProfile, str | None]:
+    """The profile for a job, and the site as the user named it (None: not named, so the
+    profile's name is passed on). ``--site`` > the job file's ``site`` > ``DDPIMG_SITE`` >
+    auto-detection > ``generic``."""
+    named = site_flag or (job_file.site if job_file is not None else None)
+    return select_profile(env, hostname, named).profile, named
+
+
+def flag_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags actually given (argparse leaves the others None), by field name; list flags
+    become tuples."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if name not in FIELD_BY_NAME or value is None:
+            continue
+        if FIELD_BY_NAME[name].kind is list:
+            if value:  # `--` with nothing after it, or no --bind at all
+                out[name] = tuple(value)
+        else:
+            out[name] = value
+    return out
+
+
+def resolve_job(
+    profile: SiteProfile,
+    flags: Mapping[str, Any],
+    job_file: JobFile | None = None,
+    site: str | None = None,
+) -> JobSpec:
+    """The job from flags > job file > ``profile.job`` > defaults (lists: all layers added).
+
+    ``flags`` holds only the flags given, by field name. ``site`` is what ``--site`` or the
+    job file named; without it the profile's name is passed on to ``train``.
+    """
+    for name in flags:
+        if name not in FIELD_BY_NAME:
+            raise TypeError(f"resolve_job: no job field named {name!r}")
+    site_values = _profile_values(profile.job)
+    if profile.fabric.binds:  # the fabric's host paths come with the site's file systems
+        site_values["binds"] = (*site_values.get("binds", ()), *profile.fabric.binds)
+    layers: list[tuple[str, Mapping[str, Any]]] = [(f"site {profile.name}", site_values)]
+    if job_file is not None:
+        layers.append((job_file.path, {k: v for k, v in job_file.values.items() if k != "site"}))
+    layers.append((FLAG, flags))
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for field in FIELDS:
+        if field.merge:
+            items: list[str] = []
+            for source, layer in layers:
+                for item in layer.get(field.name, ()):
+                    check_value(field, item, _where(field, source))
+                    if item not in items:
+                        items.append(item)
+            values[field.name] = tuple(items)
+            continue
+        values[field.name] = field.default
+        # Every layer's value is checked, also one that is overridden: a broken job file is
+        # reported whatever flags hide it today.
+        for source, layer in layers:
+            if field.name in layer:
+                value = layer[field.name]
+                for item in value if field.kind is list else (value,):
+                    check_value(field, item, _where(field, source))
+                values[field.name] = tuple(value) if field.kind is list else value
+                sources[field.name] = source
+
+    if values["nodes"] == 0:
+        raise JobError(
+            "the number of nodes is not given",
+            hint="pass --nodes N, or nodes = N in the job file",
+        )
+    if not values["image"]:
+        gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
+        flavour = default_image(values["runtime"], profile.hardware, gpus)
+        values["image"] = flavour or DEFAULT_IMAGES[values["runtime"]]
+    if not values["ntasks_per_node"]:
+        per_gpu = values["launch"] == "srun"
+        values["ntasks_per_node"] = max(values["gpus_per_node"], 1) if per_gpu else 1
+    if not values["output"]:
+        values["output"] = "%x-%A_%a.out" if values["array"] else "%x-%j.out"
+    return JobSpec(site=site or profile.name, sources=tuple(sorted(sources.items())), **values)
+
+
+def _profile_values(job: JobDefaults) -> dict[str, Any]:
+    """The profile's [job] keys that differ from JobDefaults' own defaults: a value equal to
+    the default is attributed to ddpimg's default, not to the site."""
+    unset = JobDefaults()
+    out: dict[str, Any] = {}
+    for item in fields(JobDefaults):
+        value = getattr(job, item.name)
+        if value != getattr(unset, item.name) and item.name in FIELD_BY_NAME:
+            out[item.name] = value
+    return out
+
+
+def _where(field: Field, source: str) -> str:
+    """How an error names a value's origin: ``--nodes``, ``job.toml: nodes``."""
+    return field.option if source == FLAG else f"{source}: {field.name}"
