@@ -6,7 +6,7 @@ with ``--submit``, submit it and print the job id.
     ddpimg sbatch --runtime none --nodes 1 --gpus-per-node 2 --submit -- train ...
 
 Flags override the job file, which overrides the site profile's ``[job]`` defaults
-(:mod:`ddpimg.jobs.spec`). Warnings go to stderr; any error stops before anything is written
+(:mod:`ddpimg.jobs.resolve`). Warnings go to stderr; any error stops before anything is written
 or submitted.
 """
 
