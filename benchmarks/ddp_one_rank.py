@@ -23,9 +23,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext
-from ddpimg.train.options import TrainConfig
-from ddpimg.train.tasks import TASKS
+from ddpimg.train.tasks import TRAINERS
 
 # name -> DDP's keyword arguments (None: the bare module). "ddp": as the tutorials wrap it;
 # "ddp-bucket-view": as ddpimg wraps it with several ranks (gradients live in DDP's buckets).
@@ -57,14 +58,24 @@ def main() -> None:
     spec = MODELS[args.model]
     batch = spec["batch_size"]
     config = TrainConfig(**spec, train_samples=batch * args.steps, eval_samples=batch)
-    device = torch.device("cpu")
-    task = TASKS[config.trainer](config)
-    train_set, _ = task.load(device)
+    ctx = DistContext(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=0,
+        num_nodes=1,
+        device=torch.device("cpu"),
+        backend="gloo",
+        timeout_s=600.0,
+    )
+    task = TRAINERS[config.trainer].factory(config, ctx)
+    train_set, _ = task.load()
     dropout = DropoutContext(config.seed)
     variants: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {}
     for name in args.variants.split(","):
         torch.manual_seed(config.seed)
-        model = task.build_model(dropout, device)
+        model = task.build_model(dropout)
         optimizer = task.make_optimizer(model)
         ddp_options = VARIANTS[name]
         wrapped = model if ddp_options is None else DistributedDataParallel(model, **ddp_options)

@@ -20,8 +20,9 @@ from common import SameOrderSampler, report, seed_everything, setup
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from ddpimg.train.models.gpt import CONFIGS, Gpt
-from ddpimg.train.tasks.gpt import synthetic_sequences
+from ddpimg.train.models.gpt import Gpt
+from ddpimg.train.tasks.gpt import SIZES
+from ddpimg.train.tasks.gpt.task import synthetic_sequences
 
 
 class TokenWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -48,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rank, world_size, _ = setup()
-    config = CONFIGS["tiny"]
+    config = SIZES["tiny"].shape
     seq_len, vocab = config.block_size, config.vocab_size
     train_set = TokenWindows(0, args.train_samples, seq_len, vocab)
     test_set = TokenWindows(1, args.eval_samples, seq_len, vocab)

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ddpimg.train.data import normalize, synthetic_images
 from ddpimg.train.dropout import BatchPosition, DropoutContext
-from ddpimg.train.tasks.mnist import MnistNet
+from ddpimg.train.tasks.mnist.task import MnistNet
 
 
 class MnistDataset(Dataset[tuple[torch.Tensor, int]]):

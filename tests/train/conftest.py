@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from ddpimg.runtime.context import DistContext
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.config import TrainConfig
+from tests.train.contexts import single_process
 
 
 @pytest.fixture(scope="package")
@@ -26,18 +27,7 @@ def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture
 def ctx(process_group: None) -> Iterator[DistContext]:
-    yield DistContext(
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        local_world_size=1,
-        node_rank=0,
-        num_nodes=1,
-        device=torch.device("cpu"),
-        backend="gloo",
-        timeout_s=60.0,
-        run_info={"source": "single", "site": "local"},
-    )
+    yield single_process()
     # Training switches deterministic mode on or off; leave the process as it was.
     torch.use_deterministic_algorithms(False)
 

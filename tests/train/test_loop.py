@@ -14,19 +14,19 @@ import torch
 
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.loop import Summary, evaluate, train
-from ddpimg.train.options import TrainConfig
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies.ddp import DdpStrategy
-from ddpimg.train.tasks.mnist import MnistTask
+from ddpimg.train.tasks.mnist.task import MnistTask
 
 
 def run(config: TrainConfig, ctx: DistContext) -> tuple[Summary, list[dict[str, Any]]]:
     """Train with rank 0's real recorder; returns the summary and the metrics lines."""
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = train(config, ctx, MnistTask(config), DdpStrategy(ctx), recorder)
+    summary = train(config, ctx, MnistTask(config, ctx), DdpStrategy(config, ctx), recorder)
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return summary, [json.loads(line) for line in lines]
@@ -121,10 +121,10 @@ def test_evaluate_matches_an_unsharded_computation(
     ctx: DistContext, make_config: Callable[..., TrainConfig]
 ) -> None:
     config = make_config(eval_samples=1500)
-    task = MnistTask(config)
-    _, eval_set = task.load(ctx.device)
+    task = MnistTask(config, ctx)
+    _, eval_set = task.load()
     torch.manual_seed(0)
-    model = task.build_model(DropoutContext(1), ctx.device)
+    model = task.build_model(DropoutContext(1))
     loss, accuracy = evaluate(model, task, eval_set, ctx, torch.no_grad)
     with torch.no_grad():
         inputs, targets = eval_set.batch(slice(0, 1500))
@@ -141,9 +141,9 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
 ) -> None:
     # Rank 0 of 4 gets none of 2 samples but must run the same number of (empty) forwards.
     config = make_config(eval_samples=2)
-    task = MnistTask(config)
-    _, eval_set = task.load(ctx.device)
-    model = task.build_model(DropoutContext(1), ctx.device)
+    task = MnistTask(config, ctx)
+    _, eval_set = task.load()
+    model = task.build_model(DropoutContext(1))
     rank0_of_4 = replace(ctx, world_size=4)
     assert evaluate(model, task, eval_set, rank0_of_4, torch.no_grad) == (0.0, 0.0)
 

@@ -13,7 +13,8 @@ import pytest
 from ddpimg.errors import DataError, DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train import run_training
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.config import TrainConfig
+from ddpimg.train.tasks import TRAINERS
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -57,7 +58,8 @@ def test_writes_metrics_and_manifest(
     assert manifest["status"] == "completed"
     assert manifest["exit_status"] == 0
     # --precision auto is recorded as what it became on this device.
-    assert manifest["arguments"] == config.for_device("cpu").to_json()
+    auto = TRAINERS[config.trainer].auto_precision("cpu")
+    assert manifest["arguments"] == config.with_auto_precision(auto).to_json()
     assert manifest["seed"] == 1
     assert manifest["run_info"] == {"source": "single", "site": "local"}
     assert manifest["distributed"]["world_size"] == 1

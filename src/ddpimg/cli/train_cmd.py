@@ -16,12 +16,13 @@ from ddpimg.cli.launch_options import (
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
+from ddpimg.cli.train_options import add_training_arguments, train_config
 from ddpimg.errors import LauncherError
 from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 from ddpimg.train import startup
-from ddpimg.train.options import TrainConfig, add_training_arguments
 from ddpimg.train.preemption import PreemptionWatch, parse_signals
+from ddpimg.train.tasks import TRAINERS
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +84,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     from ddpimg.train import run_training
 
     startup.mark("imports")
-    config = TrainConfig.from_namespace(args)
+    config = train_config(args)
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -94,7 +95,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             plan,
             backend=args.backend,
             timeout_s=args.timeout,
-            devices_per_rank=config.devices_per_rank,
+            devices_per_rank=TRAINERS[config.trainer].devices_per_rank(config),
             trace_dir=str(config.out / TRACE_DIR),
         )
         startup.mark("process_group")

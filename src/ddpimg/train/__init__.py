@@ -11,7 +11,7 @@ from ddpimg.errors import DdpimgError
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.preemption import PreemptionWatch
 
 __all__ = ["run_training"]
@@ -34,13 +34,14 @@ def run_training(
     from ddpimg.train.loop import train
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.preemption import Preempted
-    from ddpimg.train.strategies import STRATEGIES
-    from ddpimg.train.tasks import TASKS
+    from ddpimg.train.strategies import strategy_for
+    from ddpimg.train.tasks import trainer_for
 
-    config = config.for_device(ctx.device.type)
+    trainer = trainer_for(config)
+    config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
-    task = TASKS[config.trainer](config)
-    strategy = STRATEGIES[config.strategy](config, ctx)
+    task = trainer.factory(config, ctx)
+    strategy = strategy_for(config).factory(config, ctx)
     resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
     recorder = (
         RunRecorder.start(config, ctx, os.environ, sys.stderr, resume) if ctx.is_main else None

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ddpimg.errors import DataError
-from ddpimg.train.options import SYNTHETIC
+from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.seeding import derive_seed
 
 MEAN = 0.1307

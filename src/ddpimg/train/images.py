@@ -156,25 +156,10 @@ def load_image_folder(
     channels_last: bool,
 ) -> ImageFolderData:
     """Decode ``root``/train and ``root``/val into memory (see the module docstring)."""
-    if not root.is_dir():
-        state = "is not a directory" if root.exists() else "does not exist"
-        raise DataError(f"--data {root} {state}", hint=IMAGE_FOLDER_HINT)
+    classes = image_folder_classes(root)
     folders = [root / split for split in SPLITS]
-    missing = [str(folder) for folder in folders if not folder.is_dir()]
-    if missing:
-        raise DataError(
-            f"--data {root}: no {' and no '.join(missing)} directory", hint=IMAGE_FOLDER_HINT
-        )
-    train_files, classes = _list_images(folders[0])
-    eval_files, eval_classes = _list_images(folders[1])
-    if eval_classes != classes:
-        only_train = sorted(set(classes) - set(eval_classes))[:5]
-        only_eval = sorted(set(eval_classes) - set(classes))[:5]
-        raise DataError(
-            f"--data {root}: train/ and val/ have different class folders (only in train/: "
-            f"{only_train or 'none'}, only in val/: {only_eval or 'none'})",
-            hint="both splits need a folder for every class, even an empty one",
-        )
+    train_files = _list_images(folders[0])
+    eval_files = _list_images(folders[1])
     train_count = sample_count(
         len(train_files), train_samples, "--train-samples", "training", str(folders[0])
     )
@@ -188,7 +173,41 @@ def load_image_folder(
     )
 
 
-def _list_images(folder: Path) -> tuple[list[tuple[str, int]], list[str]]:
+def image_folder_classes(root: Path) -> list[str]:
+    """The class names of the ImageFolder tree ``root``, in label order; DataError when it
+    is not laid out as ``root``/train/CLASS and ``root``/val/CLASS with the same classes."""
+    if not root.is_dir():
+        state = "is not a directory" if root.exists() else "does not exist"
+        raise DataError(f"--data {root} {state}", hint=IMAGE_FOLDER_HINT)
+    folders = [root / split for split in SPLITS]
+    missing = [str(folder) for folder in folders if not folder.is_dir()]
+    if missing:
+        raise DataError(
+            f"--data {root}: no {' and no '.join(missing)} directory", hint=IMAGE_FOLDER_HINT
+        )
+    classes, eval_classes = (_class_folders(folder) for folder in folders)
+    if eval_classes != classes:
+        only_train = sorted(set(classes) - set(eval_classes))[:5]
+        only_eval = sorted(set(eval_classes) - set(classes))[:5]
+        raise DataError(
+            f"--data {root}: train/ and val/ have different class folders (only in train/: "
+            f"{only_train or 'none'}, only in val/: {only_eval or 'none'})",
+            hint="both splits need a folder for every class, even an empty one",
+        )
+    return classes
+
+
+def _class_folders(folder: Path) -> list[str]:
+    from torchvision.datasets.folder import find_classes
+
+    try:
+        classes, _ = find_classes(str(folder))
+    except (FileNotFoundError, OSError) as err:
+        raise DataError(f"--data: {folder}: {err}", hint=IMAGE_FOLDER_HINT) from err
+    return list(classes)
+
+
+def _list_images(folder: Path) -> list[tuple[str, int]]:
     from torchvision.datasets import ImageFolder
 
     try:
@@ -197,7 +216,7 @@ def _list_images(folder: Path) -> tuple[list[tuple[str, int]], list[str]]:
         raise DataError(f"--data: {folder}: {err}", hint=IMAGE_FOLDER_HINT) from err
     if not dataset.samples:
         raise DataError(f"--data: {folder} holds no image files", hint=IMAGE_FOLDER_HINT)
-    return list(dataset.samples), list(dataset.classes)
+    return list(dataset.samples)
 
 
 def _spread(files: list[tuple[str, int]], count: int) -> list[tuple[str, int]]:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.checkpoint import Resume
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.preemption import PreemptionWatch
     from ddpimg.train.strategies.base import Strategy
@@ -95,7 +95,7 @@ def train(
     """
     device = ctx.device
     configure_reproducibility(config.seed, config.deterministic, device, os.environ)
-    train_set, eval_set = task.load(device)
+    train_set, eval_set = task.load()
     startup.mark("data")
     shard = TrainShard(
         len(train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
@@ -111,7 +111,7 @@ def train(
         total_steps = min(total_steps, config.max_steps)
 
     dropout = DropoutContext(config.seed)
-    model = task.build_model(dropout, device)
+    model = task.build_model(dropout)
     optimizer = task.make_optimizer(model)
     wrapped = strategy.wrap(model, optimizer)
     scheduler = task.make_scheduler(optimizer)

@@ -28,7 +28,7 @@ from ddpimg.train.progress import Progress
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.checkpoint import Resume
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
 
 BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
 BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"

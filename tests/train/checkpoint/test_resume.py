@@ -21,7 +21,7 @@ from ddpimg.train.checkpoint.files import (
     write_marker,
 )
 from ddpimg.train.checkpoint.state import CheckpointRecord, LoopState, fingerprint
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.config import TrainConfig
 
 
 def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Path:

@@ -18,7 +18,7 @@ from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train import run_training
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, step_of, verify
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.preemption import PreemptionWatch
 
 

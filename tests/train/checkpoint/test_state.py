@@ -23,7 +23,7 @@ from ddpimg.train.checkpoint.state import (
     fingerprint,
     restore_rng,
 )
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.config import TrainConfig
 
 BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
 

@@ -5,12 +5,13 @@ import math
 import pytest
 import torch
 
-from ddpimg.train.models.gpt import CONFIGS, Gpt, GptConfig
+from ddpimg.train.models.gpt import Gpt
+from ddpimg.train.tasks.gpt import SIZES, GptConfig
 
 
 def test_124m_is_gpt2_small() -> None:
     with torch.device("meta"):
-        model = Gpt(CONFIGS["124m"])
+        model = Gpt(SIZES["124m"].shape)
     # nanoGPT's GPT-2 small with the vocabulary padded to 50304, the embedding counted once.
     assert model.num_parameters() == 124_475_904
     assert len(model.h) == 12
@@ -18,7 +19,7 @@ def test_124m_is_gpt2_small() -> None:
 
 
 def test_output_projection_is_tied_to_the_embedding() -> None:
-    model = Gpt(CONFIGS["tiny"])
+    model = Gpt(SIZES["tiny"].shape)
     assert model.lm_head.weight is model.wte.weight
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
 
@@ -37,7 +38,7 @@ def test_initialisation_is_gpt2s() -> None:
 
 def test_logits_have_the_vocabulary_and_are_causal() -> None:
     torch.manual_seed(0)
-    model = Gpt(CONFIGS["tiny"]).eval()
+    model = Gpt(SIZES["tiny"].shape).eval()
     tokens = torch.randint(256, (2, 10))
     changed = tokens.clone()
     changed[:, 6:] = (changed[:, 6:] + 1) % 256
@@ -50,18 +51,18 @@ def test_logits_have_the_vocabulary_and_are_causal() -> None:
 
 def test_an_empty_batch_goes_through() -> None:
     # Sharded evaluation gives some ranks empty batches; FSDP still runs their forward.
-    logits = Gpt(CONFIGS["tiny"])(torch.zeros((0, 64), dtype=torch.long))
+    logits = Gpt(SIZES["tiny"].shape)(torch.zeros((0, 64), dtype=torch.long))
     assert logits.shape == (0, 64, 256)
 
 
 def test_context_is_enforced() -> None:
     with pytest.raises(ValueError, match="65 tokens exceed the context of 64"):
-        Gpt(CONFIGS["tiny"])(torch.zeros((1, 65), dtype=torch.long))
+        Gpt(SIZES["tiny"].shape)(torch.zeros((1, 65), dtype=torch.long))
 
 
 def test_flops_per_token_follow_palm() -> None:
     with torch.device("meta"):
-        model = Gpt(CONFIGS["124m"])
+        model = Gpt(SIZES["124m"].shape)
     weights = 124_475_904 - 1024 * 768
     assert model.flops_per_token(1024) == 6 * weights + 12 * 12 * 12 * 64 * 1024
     assert model.flops_per_token(512) < model.flops_per_token(1024)

@@ -10,13 +10,13 @@ import pytest
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.loop import train
-from ddpimg.train.options import TrainConfig
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy, deepspeed_config
-from ddpimg.train.tasks.mnist import MnistTask
+from ddpimg.train.tasks.mnist.task import MnistTask
 
 
 @pytest.mark.parametrize(
@@ -47,8 +47,8 @@ def test_strategy_checks_the_global_batch_early(ctx: DistContext) -> None:
 
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    task = MnistTask(config)
-    train(config, ctx, task, STRATEGIES[config.strategy](config, ctx), recorder)
+    task = MnistTask(config, ctx)
+    train(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder)
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

@@ -18,20 +18,21 @@ from torch.distributed.tensor import DTensor
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.loop import train
-from ddpimg.train.models.gpt import CONFIGS, Block, Gpt
-from ddpimg.train.options import TrainConfig
+from ddpimg.train.models.gpt import Block, Gpt
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.fsdp import FsdpStrategy, shard_units
-from ddpimg.train.tasks import TASKS
-from ddpimg.train.tasks.mnist import MnistNet
+from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.gpt import SIZES
+from ddpimg.train.tasks.mnist.task import MnistNet
 
 
 def test_units_are_the_blocks() -> None:
-    gpt = Gpt(CONFIGS["tiny"])
+    gpt = Gpt(SIZES["tiny"].shape)
     assert shard_units(gpt) == list(gpt.h)
     assert all(isinstance(unit, Block) for unit in shard_units(gpt))
 
@@ -58,9 +59,9 @@ def test_units_skip_elements_without_parameters() -> None:
 
 def wrapped_gpt(ctx: DistContext, tmp_path: Path) -> tuple[FsdpStrategy, nn.Module]:
     config = TrainConfig(trainer="gpt", size="tiny", strategy="fsdp", out=tmp_path)
-    task = TASKS["gpt"](config)
+    task = TRAINERS["gpt"].factory(config, ctx)
     torch.manual_seed(0)
-    model = task.build_model(DropoutContext(1), ctx.device)
+    model = task.build_model(DropoutContext(1))
     strategy = FsdpStrategy(config, ctx)
     return strategy, strategy.wrap(model, task.make_optimizer(model))
 
@@ -105,8 +106,8 @@ def test_a_model_on_two_devices_is_refused(ctx: DistContext, tmp_path: Path) -> 
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     config.out.mkdir()
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    task = TASKS[config.trainer](config)
-    train(config, ctx, task, STRATEGIES[config.strategy](config, ctx), recorder)
+    task = TRAINERS[config.trainer].factory(config, ctx)
+    train(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder)
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

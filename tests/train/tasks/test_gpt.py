@@ -10,23 +10,24 @@ import torch
 
 from ddpimg.errors import DataError, DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.loop import train
-from ddpimg.train.options import TrainConfig
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import TrainShard, epoch_order
 from ddpimg.train.strategies.ddp import DdpStrategy
-from ddpimg.train.tasks import TASKS
-from ddpimg.train.tasks.gpt import (
+from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.gpt.task import (
     GptTask,
     peak_bf16_flops,
     read_text_bytes,
     synthetic_sequences,
     windows,
 )
+from tests.train.contexts import single_process
 
-CPU = torch.device("cpu")
+CPU = single_process()
 
 
 def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
@@ -90,8 +91,8 @@ def test_unreadable_text_is_named(tmp_path: Path, content: bytes | None, message
 def test_text_file_splits_off_its_last_tenth(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     path.write_bytes(bytes(32 + i % 89 for i in range(1000)))
-    task = TASKS["gpt"](tiny(tmp_path, data=str(path), seq_len=8))
-    train_set, eval_set = task.load(CPU)
+    task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
+    train_set, eval_set = task.load()
     # The last 100 bytes held out -> 12 windows of 9 bytes; 900 bytes -> 112 windows.
     assert (len(train_set), len(eval_set)) == (112, 12)
     inputs, targets = train_set.batch(torch.tensor([0, 1]))
@@ -104,33 +105,33 @@ def test_text_file_splits_off_its_last_tenth(tmp_path: Path) -> None:
 def test_short_text_file_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     path.write_text("short")
-    task = TASKS["gpt"](tiny(tmp_path, data=str(path), seq_len=8))
+    task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
     with pytest.raises(DataError, match=r"5 bytes leave no training sample of --seq-len 8 \+ 1"):
-        task.load(CPU)
+        task.load()
 
 
 def test_text_data_uses_the_byte_vocabulary(tmp_path: Path) -> None:
-    task = GptTask(TrainConfig(trainer="gpt", data=str(tmp_path / "a.txt"), out=tmp_path))
+    task = GptTask(TrainConfig(trainer="gpt", data=str(tmp_path / "a.txt"), out=tmp_path), CPU)
     assert task.shape.vocab_size == 256
     assert task.shape.n_layer == 12
-    assert GptTask(TrainConfig(trainer="gpt", out=tmp_path)).shape.vocab_size == 50304
+    assert GptTask(TrainConfig(trainer="gpt", out=tmp_path), CPU).shape.vocab_size == 50304
 
 
 def test_seq_len_beyond_the_context_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DdpimgError, match=r"--seq-len 65 is longer than the context of --size "):
-        GptTask(tiny(tmp_path, seq_len=65))
+        GptTask(tiny(tmp_path, seq_len=65), CPU)
 
 
 def test_sample_limits(tmp_path: Path) -> None:
-    task = GptTask(tiny(tmp_path, train_samples=20, eval_samples=3, seq_len=16))
-    train_set, eval_set = task.load(CPU)
+    task = GptTask(tiny(tmp_path, train_samples=20, eval_samples=3, seq_len=16), CPU)
+    train_set, eval_set = task.load()
     assert (len(train_set), len(eval_set)) == (20, 3)
     with pytest.raises(DataError, match=r"--eval-samples 501 is more than the 500 evaluation"):
-        GptTask(tiny(tmp_path, eval_samples=501)).load(CPU)
+        GptTask(tiny(tmp_path, eval_samples=501), CPU).load()
 
 
 def test_loss_is_the_mean_over_a_samples_tokens(tmp_path: Path) -> None:
-    task = GptTask(tiny(tmp_path))
+    task = GptTask(tiny(tmp_path), CPU)
     logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]], [[0.2, 0.8], [0.2, 0.8]]]))
     target = torch.tensor([[0, 0], [1, 0]])
     expected = [(0.6931472 + 0.1053605) / 2, (0.2231436 + 1.6094379) / 2]
@@ -140,8 +141,8 @@ def test_loss_is_the_mean_over_a_samples_tokens(tmp_path: Path) -> None:
 
 
 def test_adamw_decays_matrices_only(tmp_path: Path) -> None:
-    task = GptTask(tiny(tmp_path))
-    model = task.build_model(DropoutContext(1), CPU)
+    task = GptTask(tiny(tmp_path), CPU)
+    model = task.build_model(DropoutContext(1))
     optimizer = task.make_optimizer(model)
     assert isinstance(optimizer, torch.optim.AdamW)
     decay, no_decay = optimizer.param_groups
@@ -167,8 +168,8 @@ def test_peak_flops_table(name: str, peak: float | None) -> None:
 
 
 def test_throughput_counts_tokens_and_no_mfu_on_the_cpu(tmp_path: Path) -> None:
-    task = GptTask(tiny(tmp_path, seq_len=32))
-    task.build_model(DropoutContext(1), CPU)
+    task = GptTask(tiny(tmp_path, seq_len=32), CPU)
+    task.build_model(DropoutContext(1))
     assert task.throughput(10.0, 2) == {"tokens_per_s": 320.0}
 
 
@@ -177,7 +178,7 @@ def test_training_lowers_the_loss(
 ) -> None:
     config = make_config(trainer="gpt", size="tiny", train_samples=256, max_steps=12, seq_len=32)
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = train(config, ctx, GptTask(config), DdpStrategy(ctx), recorder)
+    summary = train(config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder)
     recorder.finish("completed", 0)
     lines = [json.loads(line) for line in (config.out / "metrics.jsonl").read_text().splitlines()]
     losses = [line["loss"] for line in lines if line["kind"] == "train"]
@@ -193,11 +194,11 @@ def test_training_lowers_the_loss(
 def test_rank_gradients_average_to_the_global_batch_gradient(
     world_size: int, tmp_path: Path
 ) -> None:
-    task = GptTask(tiny(tmp_path, train_samples=64, seq_len=16))
-    train_set, _ = task.load(CPU)
+    task = GptTask(tiny(tmp_path, train_samples=64, seq_len=16), CPU)
+    train_set, _ = task.load()
     order = epoch_order(len(train_set), seed=1, epoch=1)
     torch.manual_seed(1)
-    model = task.build_model(DropoutContext(1), CPU)
+    model = task.build_model(DropoutContext(1))
 
     def gradients(per_rank: int, rank: int, world: int) -> list[torch.Tensor]:
         model.zero_grad()

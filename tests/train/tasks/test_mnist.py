@@ -6,11 +6,14 @@ import pytest
 import torch
 from torch import nn
 
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext, GlobalBatchDropout
-from ddpimg.train.options import TrainConfig
 from ddpimg.train.sharding import TrainShard, epoch_order
-from ddpimg.train.tasks import TASKS
-from ddpimg.train.tasks.mnist import MnistNet, MnistTask
+from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.mnist.task import MnistNet, MnistTask
+from tests.train.contexts import single_process
+
+CPU = single_process()
 
 
 def test_model_is_the_tutorials() -> None:
@@ -32,7 +35,7 @@ def test_model_outputs_log_probabilities() -> None:
 
 
 def test_optimizer_and_schedule_are_the_tutorials(tmp_path: Path) -> None:
-    task = MnistTask(TrainConfig(lr=0.8, gamma=0.5, out=tmp_path))
+    task = MnistTask(TrainConfig(lr=0.8, gamma=0.5, out=tmp_path), CPU)
     optimizer = task.make_optimizer(MnistNet(DropoutContext(1)))
     assert isinstance(optimizer, torch.optim.Adadelta)
     scheduler = task.make_scheduler(optimizer)
@@ -44,7 +47,7 @@ def test_optimizer_and_schedule_are_the_tutorials(tmp_path: Path) -> None:
 
 
 def test_loss_is_per_sample_nll() -> None:
-    task = MnistTask(TrainConfig())
+    task = MnistTask(TrainConfig(), CPU)
     output = torch.log(torch.tensor([[0.5, 0.5] + [0.0] * 8, [0.25, 0.75] + [0.0] * 8]))
     target = torch.tensor([1, 1])
     assert task.loss(output, target).tolist() == pytest.approx([0.6931472, 0.2876821])
@@ -52,8 +55,9 @@ def test_loss_is_per_sample_nll() -> None:
 
 
 def test_load_respects_sample_limits(tmp_path: Path) -> None:
-    task = TASKS["mnist"](TrainConfig(train_samples=30, eval_samples=20, out=tmp_path))
-    train_set, eval_set = task.load(torch.device("cpu"))
+    config = TrainConfig(train_samples=30, eval_samples=20, out=tmp_path)
+    task = TRAINERS["mnist"].factory(config, CPU)
+    train_set, eval_set = task.load()
     assert (len(train_set), len(eval_set)) == (30, 20)
     inputs, targets = train_set.batch(torch.tensor([0, 29]))
     assert inputs.shape == (2, 1, 28, 28)
@@ -68,12 +72,12 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
     """What DDP computes from per-rank slices equals one process on the global batch, dropout
     included: the core of topology invariance."""
     config = TrainConfig(train_samples=64, eval_samples=1, out=tmp_path)
-    task = MnistTask(config)
-    train_set, _ = task.load(torch.device("cpu"))
+    task = MnistTask(config, CPU)
+    train_set, _ = task.load()
     order = epoch_order(len(train_set), seed=1, epoch=1)
     context = DropoutContext(seed=1)
     torch.manual_seed(1)
-    model = task.build_model(context, torch.device("cpu"))
+    model = task.build_model(context)
 
     def gradients(per_rank: int, rank: int, world: int) -> list[torch.Tensor]:
         model.zero_grad()

@@ -7,11 +7,12 @@ import torch
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.options import TrainConfig
-from ddpimg.train.tasks.resnet import ResnetTask, check_arch, model_arguments
+from ddpimg.train.tasks.resnet.task import ResnetTask, check_arch, model_arguments
+from tests.train.contexts import single_process
 
-CPU = torch.device("cpu")
+CPU = single_process()
 
 
 def resnet(tmp_path: Path, **overrides: object) -> TrainConfig:
@@ -48,7 +49,7 @@ def test_unknown_arch_lists_close_names(arch: str, message: str) -> None:
 
 def test_unknown_arch_fails_when_the_task_is_made(tmp_path: Path) -> None:
     with pytest.raises(DdpimgError, match=r"--arch resnet51 is not"):
-        ResnetTask(resnet(tmp_path, arch="resnet51"))
+        ResnetTask(resnet(tmp_path, arch="resnet51"), CPU)
 
 
 @pytest.mark.parametrize(
@@ -64,14 +65,14 @@ def test_model_arguments(arch: str, extra: dict[str, object]) -> None:
 
 
 def test_default_is_resnet50_at_224(tmp_path: Path) -> None:
-    task = ResnetTask(TrainConfig(trainer="resnet", out=tmp_path))
+    task = ResnetTask(TrainConfig(trainer="resnet", out=tmp_path), CPU)
     assert (task.arch, task.image_size) == ("resnet50", 224)
 
 
 def test_model_classifies_into_imagenets_classes(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path))
-    train_set, _ = task.load(CPU)
-    model = task.build_model(DropoutContext(1), CPU)
+    task = ResnetTask(resnet(tmp_path), CPU)
+    train_set, _ = task.load()
+    model = task.build_model(DropoutContext(1))
     inputs, labels = train_set.batch(torch.tensor([0, 1, 2]))
     output = model(inputs)
     assert output.shape == (3, 1000)
@@ -94,21 +95,21 @@ def test_model_classifies_into_imagenets_classes(tmp_path: Path) -> None:
 def test_sync_batchnorm_with_several_gpu_ranks(
     tmp_path: Path, flag: bool | None, device: str, world_size: int, expected: bool
 ) -> None:
-    task = ResnetTask(resnet(tmp_path, sync_batchnorm=flag))
-    assert task.sync_batchnorm(torch.device(device), world_size) is expected
+    task = ResnetTask(resnet(tmp_path, sync_batchnorm=flag), single_process(device, world_size))
+    assert task.sync_batchnorm() is expected
 
 
 def test_sync_batchnorm_asked_on_the_cpu_is_an_error(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path, sync_batchnorm=True))
+    task = ResnetTask(resnet(tmp_path, sync_batchnorm=True), single_process("cpu", 2))
     with pytest.raises(DdpimgError, match=r"--sync-batchnorm needs GPUs: torch's SyncBatchNorm"):
-        task.sync_batchnorm(CPU, 2)
+        task.sync_batchnorm()
 
 
 @pytest.mark.parametrize(("batch", "lr"), [(32, 0.0125), (256, 0.1), (1024, 0.4)])
 def test_sgd_learning_rate_scales_with_the_global_batch(
     tmp_path: Path, batch: int, lr: float
 ) -> None:
-    task = ResnetTask(resnet(tmp_path, batch_size=batch))
+    task = ResnetTask(resnet(tmp_path, batch_size=batch), CPU)
     optimizer = task.make_optimizer(nn.Linear(2, 2))
     assert isinstance(optimizer, torch.optim.SGD)
     group = optimizer.param_groups[0]
@@ -120,9 +121,9 @@ def test_sgd_learning_rate_scales_with_the_global_batch(
 
 
 def test_lr_flag_wins(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path, lr=0.5))
+    task = ResnetTask(resnet(tmp_path, lr=0.5), CPU)
     assert task.make_optimizer(nn.Linear(2, 2)).param_groups[0]["lr"] == 0.5
 
 
 def test_throughput_is_images(tmp_path: Path) -> None:
-    assert ResnetTask(resnet(tmp_path)).throughput(12.5, 4) == {"images_per_s": 12.5}
+    assert ResnetTask(resnet(tmp_path), CPU).throughput(12.5, 4) == {"images_per_s": 12.5}

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from ddpimg.errors import DataError, DdpimgError
+from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.options import TrainConfig
-from ddpimg.train.tasks import TASKS
-from ddpimg.train.tasks.toy import ToyModel, ToyTask, tail_device
+from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.toy.task import ToyModel, ToyTask, tail_device
+from tests.train.contexts import single_process
 
-CPU = torch.device("cpu")
+CPU = single_process()
 
 
 def toy(tmp_path: Path, **overrides: object) -> TrainConfig:
@@ -20,7 +21,7 @@ def toy(tmp_path: Path, **overrides: object) -> TrainConfig:
 
 
 def test_rows_are_the_tutorials(tmp_path: Path) -> None:
-    train_set, eval_set = TASKS["toy"](toy(tmp_path)).load(CPU)
+    train_set, eval_set = TRAINERS["toy"].factory(toy(tmp_path), CPU).load()
     assert (len(train_set), len(eval_set)) == (2**20, 2**14)
     inputs, labels = train_set.batch(torch.tensor([0, 7, 1_048_575]))
     assert inputs.shape == (3, 32)
@@ -30,18 +31,18 @@ def test_rows_are_the_tutorials(tmp_path: Path) -> None:
 
 
 def test_sample_limits(tmp_path: Path) -> None:
-    train_set, eval_set = ToyTask(toy(tmp_path, train_samples=100, eval_samples=10)).load(CPU)
+    train_set, eval_set = ToyTask(toy(tmp_path, train_samples=100, eval_samples=10), CPU).load()
     assert (len(train_set), len(eval_set)) == (100, 10)
     with pytest.raises(DataError, match=r"--train-samples 1048577 is more than the 1048576"):
-        ToyTask(toy(tmp_path, train_samples=2**20 + 1)).load(CPU)
+        ToyTask(toy(tmp_path, train_samples=2**20 + 1), CPU).load()
 
 
 def test_model_is_a_head_and_a_tail(tmp_path: Path) -> None:
-    model = ToyTask(toy(tmp_path)).build_model(DropoutContext(1), CPU)
+    model = ToyTask(toy(tmp_path), CPU).build_model(DropoutContext(1))
     assert isinstance(model, ToyModel)
     assert (model.head.in_features, model.head.out_features) == (32, 32)
     assert (model.tail.in_features, model.tail.out_features) == (32, 10)
-    assert {p.device for p in model.parameters()} == {CPU}
+    assert {p.device for p in model.parameters()} == {CPU.device}
     assert model(torch.ones(4, 32)).shape == (4, 10)
 
 
@@ -62,18 +63,18 @@ def test_tail_runs_on_the_replicas_next_gpu(
 
 @pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
 def test_a_model_on_two_gpus_needs_ddp(tmp_path: Path, strategy: str) -> None:
-    task = ToyTask(toy(tmp_path, strategy=strategy))
+    task = ToyTask(toy(tmp_path, strategy=strategy), single_process(torch.device("cuda", 0)))
     with pytest.raises(
         DdpimgError,
         match=rf"--strategy {strategy} cannot run the toy model spread over --gpus-per-replica 2"
         r" GPUs .*\n  hint: use --strategy ddp, or --gpus-per-replica 1",
     ):
-        task.build_model(DropoutContext(1), torch.device("cuda", 0))
+        task.build_model(DropoutContext(1))
 
 
 def test_optimizer_and_loss_are_the_tutorials(tmp_path: Path) -> None:
-    task = ToyTask(toy(tmp_path))
-    optimizer = task.make_optimizer(task.build_model(DropoutContext(1), CPU))
+    task = ToyTask(toy(tmp_path), CPU)
+    optimizer = task.make_optimizer(task.build_model(DropoutContext(1)))
     assert isinstance(optimizer, torch.optim.Adam)
     assert optimizer.param_groups[0]["lr"] == 1e-4
     logits = torch.tensor([[0.0, 0.0], [2.0, 0.0]])

@@ -32,7 +32,7 @@ from ddpimg.train.checkpoint.state import (
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
 
 AUTO = "auto"
 NONE = "none"

@@ -44,7 +44,7 @@ from ddpimg.train.outputs import utc_now
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.checkpoint.resume import Resume
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.strategies.base import Strategy
 

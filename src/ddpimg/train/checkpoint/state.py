@@ -20,7 +20,7 @@ from ddpimg.errors import DdpimgError
 if TYPE_CHECKING:
     import torch
 
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
 
 LOOP_JSON = "loop.json"
 LOOP_PT = "loop.pt"

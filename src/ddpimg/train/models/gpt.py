@@ -1,4 +1,5 @@
-"""A GPT-2-style decoder-only language model in plain torch, the ``gpt`` trainer's model.
+"""A GPT-2-style decoder-only language model in plain torch, the ``gpt`` trainer's model;
+its shapes (``GptConfig``, one per ``--size``) are in ``ddpimg.train.tasks.gpt``.
 
 GPT-2's architecture (Radford et al. 2019) as nanoGPT writes it: token and position
 embeddings, pre-LayerNorm blocks of causal self-attention and a 4x-wide GELU MLP, a final
@@ -14,31 +15,16 @@ pass, so the loss cannot depend on how the global batch is split over ranks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+if TYPE_CHECKING:
+    from ddpimg.train.tasks.gpt import GptConfig
+
 INIT_STD = 0.02
-
-
-@dataclass(frozen=True)
-class GptConfig:
-    """Shape of a model: ``block_size`` is the context length in tokens."""
-
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    vocab_size: int
-
-
-CONFIGS = {
-    # GPT-2 small; the vocabulary 50257 padded to a multiple of 64 for faster matmuls.
-    "124m": GptConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
-    "tiny": GptConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=256),
-}
 
 
 class CausalSelfAttention(nn.Module):

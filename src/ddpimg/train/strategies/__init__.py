@@ -1,23 +1,39 @@
-"""How gradients are shared between ranks (``--strategy``): small adapters around one loop.
+"""How gradients are shared between ranks (``--strategy``): small adapters around one loop,
+each built as ``Strategy(config, ctx)``.
 
-Each factory imports its module (and torch, DeepSpeed) only when called.
+Importing this registry imports no strategy's code (nor torch, DeepSpeed): each factory
+imports its module when called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ddpimg.train.config import check_choice
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.strategies.base import Strategy
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One ``--strategy``."""
+
+    name: str
+    factory: Callable[[TrainConfig, DistContext], Strategy]
+    #: Whether it trains a model whose parameters sit on several devices of one rank (the
+    #: toy trainer's head and tail); the others keep or shard a whole model on one device.
+    takes_spread_model: bool = False
 
 
 def _ddp(config: TrainConfig, ctx: DistContext) -> Strategy:
     from ddpimg.train.strategies.ddp import DdpStrategy
 
-    return DdpStrategy(ctx, config.precision)
+    return DdpStrategy(config, ctx)
 
 
 def _deepspeed(config: TrainConfig, ctx: DistContext) -> Strategy:
@@ -32,8 +48,17 @@ def _fsdp(config: TrainConfig, ctx: DistContext) -> Strategy:
     return FsdpStrategy(config, ctx)
 
 
-STRATEGIES: dict[str, Callable[[TrainConfig, DistContext], Strategy]] = {
-    "ddp": _ddp,
-    "deepspeed": _deepspeed,
-    "fsdp": _fsdp,
+STRATEGIES: dict[str, StrategySpec] = {
+    spec.name: spec
+    for spec in (
+        StrategySpec("ddp", _ddp, takes_spread_model=True),
+        StrategySpec("deepspeed", _deepspeed),
+        StrategySpec("fsdp", _fsdp),
+    )
 }
+
+
+def strategy_for(config: TrainConfig) -> StrategySpec:
+    """The spec of ``config.strategy``; DdpimgError listing the strategies when unknown."""
+    check_choice("--strategy", config.strategy, tuple(sorted(STRATEGIES)))
+    return STRATEGIES[config.strategy]

@@ -1,4 +1,4 @@
-"""The strategy protocol: what the loop asks of DDP, DeepSpeed (and later FSDP).
+"""The strategy protocol: what the loop asks of DDP, DeepSpeed and FSDP.
 
 Every strategy averages gradients over the ranks, so with a fixed global batch the update
 is that of one process training on the whole global batch, whatever the strategy.

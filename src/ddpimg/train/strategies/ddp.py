@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
 
 
 STATE_FILE = "model.pt"
@@ -29,9 +30,9 @@ class DdpStrategy:
     name = "ddp"
     reshards_on_load = True
 
-    def __init__(self, ctx: DistContext, precision: str = "fp32") -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.ctx = ctx
-        self.scaler = LossScaler.for_precision(precision, ctx.device, sharded=False)
+        self.scaler = LossScaler.for_precision(config.precision, ctx.device, sharded=False)
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
@@ -39,8 +40,8 @@ class DdpStrategy:
         self._model, self._optimizer = model, optimizer
         if self.ctx.world_size == 1:
             # With one rank DDP has nothing to average, but still copies every gradient
-            # into its buckets, all-reduces them and divides: 6-21% of a ResNet-18 step on
-            # a CPU (`nox -s bench`, overhead part). The bare module trains identically.
+            # into its buckets, all-reduces them and divides: a cost with no effect
+            # (`nox -s bench` measures it). The bare module trains identically.
             return model
         # device_ids names the one GPU this process drives; it must stay None on the CPU and
         # for a module spread over several GPUs (the toy trainer's head and tail).
@@ -49,9 +50,7 @@ class DdpStrategy:
         )
         device_ids = [self.ctx.device.index] if single_gpu else None
         # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy
-        # and their memory. On the CPU the benchmarks could not tell it from DDP's default
-        # (overhead part, ResNet-18 on one rank: 0.91x vs 0.81x of the bare model in one
-        # run, 0.79x vs 0.94x in the next).
+        # of every gradient and its memory; the update is the same either way.
         return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ddpimg.runtime.context import DistContext
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
 
 
 # The checkpoint's tag: DeepSpeed writes into <directory>/<tag>/.

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ddpimg.runtime.context import DistContext
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.train.config import TrainConfig
 
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"

@@ -1,46 +1,42 @@
-"""The bundled trainers, by the name ``train TRAINER`` takes.
+"""The bundled trainers, by the name ``train TRAINER`` takes, and the check of a config
+against them.
 
-Each factory imports its module (and torch) only when called, so building the command-line
-parser never imports torch.
+Each trainer declares a ``TrainerSpec`` in its own package (``mnist``, ``toy``, ``resnet``,
+``gpt``), next to its code (``<name>.task``). The specs import no torch: the factory imports
+the task code when called, so building the command-line parser never imports torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ddpimg.errors import DdpimgError
+from ddpimg.train.config import check_choice
+from ddpimg.train.tasks import gpt, mnist, resnet, toy
+from ddpimg.train.tasks.spec import TrainerSpec
+
 if TYPE_CHECKING:
-    from ddpimg.train.options import TrainConfig
-    from ddpimg.train.tasks.base import Task
+    from ddpimg.train.config import TrainConfig
 
-
-def _mnist(config: TrainConfig) -> Task:
-    from ddpimg.train.tasks.mnist import MnistTask
-
-    return MnistTask(config)
-
-
-def _toy(config: TrainConfig) -> Task:
-    from ddpimg.train.tasks.toy import ToyTask
-
-    return ToyTask(config)
-
-
-def _resnet(config: TrainConfig) -> Task:
-    from ddpimg.train.tasks.resnet import ResnetTask
-
-    return ResnetTask(config)
-
-
-def _gpt(config: TrainConfig) -> Task:
-    from ddpimg.train.tasks.gpt import GptTask
-
-    return GptTask(config)
-
-
-TASKS: dict[str, Callable[[TrainConfig], Task]] = {
-    "mnist": _mnist,
-    "toy": _toy,
-    "resnet": _resnet,
-    "gpt": _gpt,
+# In the order `train --help` lists them.
+TRAINERS: dict[str, TrainerSpec] = {
+    spec.name: spec for spec in (mnist.SPEC, toy.SPEC, resnet.SPEC, gpt.SPEC)
 }
+
+
+def trainer_for(config: TrainConfig) -> TrainerSpec:
+    """The spec of ``config.trainer``, after checking the flags that belong to one trainer:
+    DdpimgError for an unknown trainer, another trainer's flag, or a value the
+    trainer refuses (``TrainerSpec.check``)."""
+    check_choice("trainer", config.trainer, tuple(sorted(TRAINERS)))
+    spec = TRAINERS[config.trainer]
+    for other in TRAINERS.values():
+        for flag in other.flags:
+            if other is not spec and getattr(config, flag.field) is not None:
+                raise DdpimgError(
+                    f"{flag.option} applies to the {other.name} trainer only, got trainer "
+                    f"{config.trainer}",
+                    hint=f"drop {flag.option}, or run `train {other.name}`",
+                )
+    spec.check(config)
+    return spec

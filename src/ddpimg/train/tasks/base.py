@@ -22,19 +22,21 @@ class Dataset(Protocol):
 
 
 class Task(Protocol):
-    """One bundled trainer (``train TRAINER``)."""
+    """One bundled trainer (``train TRAINER``), built by its ``TrainerSpec.factory`` from
+    the config and the distributed context (rank, world size, this rank's device): a task
+    reads them from there, never from torch.distributed's global state."""
 
     eval_batch_size: int
 
-    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
-        """The training and evaluation sets, on ``device``."""
+    def load(self) -> tuple[Dataset, Dataset]:
+        """The training and evaluation sets, on the rank's device."""
         ...
 
-    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
-        """A freshly initialised model (from torch's global RNG, seeded by the loop) on
-        ``device``; its dropout layers draw their masks through ``dropout``. A model spread
-        over several devices (``toy``) takes its inputs on ``device`` and returns its output
-        there, so the loop and the collectives see one device per rank."""
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
+        """A freshly initialised model (from torch's global RNG, seeded by the loop) on the
+        rank's device; its dropout layers draw their masks through ``dropout``. A model
+        spread over several devices (``toy``) takes its inputs on the rank's device and
+        returns its output there, so the loop and the collectives see one device per rank."""
         ...
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -14,15 +14,12 @@ from torch import nn
 from ddpimg.train.data import load_mnist
 from ddpimg.train.dropout import DropoutContext, GlobalBatchDropout
 from ddpimg.train.tasks.base import epoch_decay
+from ddpimg.train.tasks.mnist import SPEC
 
 if TYPE_CHECKING:
-    from ddpimg.train.options import TrainConfig
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Dataset
-
-
-# The tutorial's Adadelta learning rate and per-epoch decay.
-LR = 1.0
-GAMMA = 0.7
 
 
 class MnistNet(nn.Module):
@@ -55,15 +52,16 @@ class MnistTask:
 
     eval_batch_size = 1000
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
+        self.device = ctx.device
 
-    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
+    def load(self) -> tuple[Dataset, Dataset]:
         data = load_mnist(self.config.data, self.config.train_samples, self.config.eval_samples)
-        return data.train.to(device), data.test.to(device)
+        return data.train.to(self.device), data.test.to(self.device)
 
-    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
-        return MnistNet(dropout).to(device)
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
+        return MnistNet(dropout).to(self.device)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # float(): under bf16 autocast the loss is still reduced in fp32.
@@ -73,12 +71,13 @@ class MnistTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adadelta(model.parameters(), lr=self.config.learning_rate(LR))
+        learning_rate = self.config.learning_rate(SPEC.learning_rate)
+        return torch.optim.Adadelta(model.parameters(), lr=learning_rate)
 
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(GAMMA))
+        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}

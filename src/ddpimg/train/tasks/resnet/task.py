@@ -23,27 +23,31 @@ throughput comparison against per-GPU BatchNorm should switch off.
 from __future__ import annotations
 
 import difflib
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.errors import DdpimgError
-from ddpimg.train.images import IMAGENET_CLASSES, load_image_folder, synthetic_imagenet
-from ddpimg.train.options import SYNTHETIC
+from ddpimg.train.config import SYNTHETIC
+from ddpimg.train.images import (
+    IMAGENET_CLASSES,
+    image_folder_classes,
+    load_image_folder,
+    synthetic_imagenet,
+)
 from ddpimg.train.tasks.base import epoch_decay
+from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC
 
 if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.dropout import DropoutContext
-    from ddpimg.train.options import TrainConfig
     from ddpimg.train.tasks.base import Dataset
 
-DEFAULT_ARCH = "resnet50"
-DEFAULT_IMAGE_SIZE = 224
-LR_PER_256 = 0.1
 MOMENTUM = 0.9
 WEIGHT_DECAY = 1e-4
 
@@ -87,15 +91,22 @@ class ResnetTask:
 
     eval_batch_size = 256
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
+        self.ctx = ctx
         self.arch = config.arch or DEFAULT_ARCH
         check_arch(self.arch)
         self.image_size = config.image_size or DEFAULT_IMAGE_SIZE
-        self.num_classes = IMAGENET_CLASSES
 
-    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
-        config = self.config
+    @cached_property
+    def num_classes(self) -> int:
+        """ImageNet's 1000 for synthetic data, else the ImageFolder tree's class folders."""
+        if self.config.data == SYNTHETIC:
+            return IMAGENET_CLASSES
+        return len(image_folder_classes(Path(self.config.data)))
+
+    def load(self) -> tuple[Dataset, Dataset]:
+        config, device = self.config, self.ctx.device
         channels_last = device.type == "cuda"
         if config.data == SYNTHETIC:
             return synthetic_imagenet(
@@ -113,17 +124,16 @@ class ResnetTask:
             device=device,
             channels_last=channels_last,
         )
-        self.num_classes = len(data.classes)
         return data.train, data.eval
 
-    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
         import torchvision
 
+        device = self.ctx.device
         model: nn.Module = torchvision.models.get_model(
             self.arch, **model_arguments(self.arch, self.image_size, self.num_classes)
         )
-        world_size = dist.get_world_size() if dist.is_initialized() else 1
-        if self.sync_batchnorm(device, world_size):
+        if self.sync_batchnorm():
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
         model = model.to(device)
         if device.type == "cuda":
@@ -132,15 +142,17 @@ class ResnetTask:
                 torch.backends.cudnn.benchmark = True
         return model
 
-    def sync_batchnorm(self, device: torch.device, world_size: int) -> bool:
+    def sync_batchnorm(self) -> bool:
         """Whether BatchNorm takes the global batch's statistics (see the module docstring)."""
         wanted = self.config.sync_batchnorm
-        if wanted and device.type != "cuda" and world_size > 1:
+        on_gpus = self.ctx.device.type == "cuda"
+        several = self.ctx.world_size > 1
+        if wanted and not on_gpus and several:
             raise DdpimgError(
                 "--sync-batchnorm needs GPUs: torch's SyncBatchNorm refuses CPU tensors",
                 hint="drop --sync-batchnorm on the CPU (BatchNorm then uses each rank's slice)",
             )
-        return wanted is not False and device.type == "cuda" and world_size > 1
+        return wanted is not False and on_gpus and several
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.float(), target, reduction="none")
@@ -149,11 +161,11 @@ class ResnetTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        world_size = dist.get_world_size() if dist.is_initialized() else 1
+        world_size = self.ctx.world_size
         global_batch = self.config.per_rank_batch(world_size) * world_size
         return torch.optim.SGD(
             model.parameters(),
-            lr=self.config.learning_rate(LR_PER_256 * global_batch / 256),
+            lr=self.config.learning_rate(SPEC.learning_rate * global_batch / 256),
             momentum=MOMENTUM,
             weight_decay=WEIGHT_DECAY,
         )
@@ -161,7 +173,7 @@ class ResnetTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(1.0))
+        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {"images_per_s": samples_per_s}

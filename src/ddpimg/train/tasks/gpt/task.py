@@ -34,20 +34,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.errors import DataError, DdpimgError
-from ddpimg.train.models.gpt import CONFIGS, Gpt
-from ddpimg.train.options import SYNTHETIC
+from ddpimg.train.config import SYNTHETIC
+from ddpimg.train.models.gpt import Gpt
 from ddpimg.train.seeding import derive_seed
 from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
+from ddpimg.train.tasks.gpt import DEFAULT_SIZE, SIZES, SPEC
 
 if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.dropout import DropoutContext
-    from ddpimg.train.options import TrainConfig
     from ddpimg.train.tasks.base import Dataset
 
-DEFAULT_SIZE = "124m"
-LR = {"124m": 6e-4, "tiny": 1e-3}
-EVAL_BATCH = {"124m": 8, "tiny": 64}
 BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
 BYTE_VOCAB = 256
@@ -167,10 +166,11 @@ def windows(tokens: torch.Tensor, seq_len: int) -> torch.Tensor:
 class GptTask:
     """``train gpt``."""
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
+        self.device = ctx.device
         self.size = config.size or DEFAULT_SIZE
-        shape = CONFIGS[self.size]
+        shape = SIZES[self.size].shape
         if config.data != SYNTHETIC:
             shape = replace(shape, vocab_size=BYTE_VOCAB)
         self.shape = shape
@@ -181,13 +181,15 @@ class GptTask:
                 f"({shape.block_size} tokens)",
                 hint=f"give at most {shape.block_size}, or leave --seq-len out",
             )
-        self.eval_batch_size = EVAL_BATCH[self.size]
+        self.eval_batch_size = SIZES[self.size].eval_batch_size
         self._flops_per_token = 0.0
-        self._peak_flops: float | None = None
-        self._on_gpu = False
+        self._on_gpu = self.device.type == "cuda"
+        self._peak_flops = (
+            peak_bf16_flops(torch.cuda.get_device_name(self.device)) if self._on_gpu else None
+        )
 
-    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
-        config = self.config
+    def load(self) -> tuple[Dataset, Dataset]:
+        config, device = self.config, self.device
         if config.data == SYNTHETIC:
             source = "the synthetic token set"
             train_count = sample_count(
@@ -226,12 +228,9 @@ class GptTask:
             ]
         return TokenSet(train).to(device), TokenSet(test).to(device)
 
-    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
-        model = Gpt(self.shape).to(device)
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
+        model = Gpt(self.shape).to(self.device)
         self._flops_per_token = model.flops_per_token(self.seq_len)
-        self._on_gpu = device.type == "cuda"
-        if self._on_gpu:
-            self._peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device))
         return model
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -253,7 +252,7 @@ class GptTask:
         ]
         return torch.optim.AdamW(
             groups,
-            lr=self.config.learning_rate(LR[self.size]),
+            lr=self.config.learning_rate(SIZES[self.size].learning_rate),
             betas=BETAS,
             fused=parameters[0].device.type == "cuda",
         )
@@ -261,7 +260,7 @@ class GptTask:
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(1.0))
+        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         tokens_per_s = samples_per_s * self.seq_len

@@ -6,9 +6,9 @@ cross-entropy on 2^20 synthetic rows (row x = [x]*32, label x % 10).
 ``--gpus-per-replica`` (default 2) GPUs per process: the runtime binds the first,
 ``local rank x gpus-per-replica`` (``ddpimg.runtime.device``; it refuses a node whose GPU
 count is not processes x GPUs per replica), the head runs there and the tail on the next.
-On the CPU both parts run on the CPU. Only DDP takes a module spread over two devices
-(DeepSpeed and FSDP move or shard the whole model on one device), so the other strategies
-need ``--gpus-per-replica 1`` on GPUs.
+On the CPU both parts run on the CPU. Only a strategy that takes a model spread over
+several devices (``StrategySpec.takes_spread_model``: DDP; DeepSpeed and FSDP move or shard
+the whole model on one device) runs it on two GPUs; the others need ``--gpus-per-replica 1``.
 
 The tail's logits come back to the head's device: the loop, the loss reduction and the
 collectives then see one device per rank, as with every other trainer. The rows are stored
@@ -26,19 +26,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
+from ddpimg.train.tasks.toy import SPEC, gpus_per_replica
 
 if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
     from ddpimg.train.dropout import DropoutContext
-    from ddpimg.train.options import TrainConfig
     from ddpimg.train.tasks.base import Dataset
 
 ROWS = 2**20
 EVAL_ROWS = 2**14
 WIDTH = 32
 NUM_CLASSES = 10
-LR = 1e-4
 
 
 class ToyModel(nn.Module):
@@ -86,29 +88,32 @@ class ToyTask:
 
     eval_batch_size = 4096
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
+        self.device = ctx.device
 
-    def load(self, device: torch.device) -> tuple[Dataset, Dataset]:
+    def load(self) -> tuple[Dataset, Dataset]:
         source = "the toy set"
         train = sample_count(ROWS, self.config.train_samples, "--train-samples", "training", source)
         test = sample_count(
             EVAL_ROWS, self.config.eval_samples, "--eval-samples", "evaluation", source
         )
         return (
-            ToyRows(torch.arange(train, dtype=torch.float32, device=device)),
-            ToyRows(torch.arange(test, dtype=torch.float32, device=device)),
+            ToyRows(torch.arange(train, dtype=torch.float32, device=self.device)),
+            ToyRows(torch.arange(test, dtype=torch.float32, device=self.device)),
         )
 
-    def build_model(self, dropout: DropoutContext, device: torch.device) -> nn.Module:
-        gpus = self.config.devices_per_rank
-        if device.type == "cuda" and gpus > 1 and self.config.strategy != "ddp":
+    def build_model(self, dropout: DropoutContext) -> nn.Module:
+        gpus = gpus_per_replica(self.config)
+        spread = self.device.type == "cuda" and gpus > 1
+        if spread and not STRATEGIES[self.config.strategy].takes_spread_model:
+            able = " or ".join(name for name, spec in STRATEGIES.items() if spec.takes_spread_model)
             raise DdpimgError(
                 f"--strategy {self.config.strategy} cannot run the toy model spread over "
                 f"--gpus-per-replica {gpus} GPUs (it keeps a whole model on one device)",
-                hint="use --strategy ddp, or --gpus-per-replica 1",
+                hint=f"use --strategy {able}, or --gpus-per-replica 1",
             )
-        return ToyModel(device, tail_device(device, gpus))
+        return ToyModel(self.device, tail_device(self.device, gpus))
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.float(), target, reduction="none")
@@ -117,12 +122,13 @@ class ToyTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.parameters(), lr=self.config.learning_rate(LR))
+        learning_rate = self.config.learning_rate(SPEC.learning_rate)
+        return torch.optim.Adam(model.parameters(), lr=learning_rate)
 
     def make_scheduler(
         self, optimizer: torch.optim.Optimizer
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(1.0))
+        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}

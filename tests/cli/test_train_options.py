@@ -8,14 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg.cli.train_options import add_training_arguments, train_config
 from ddpimg.errors import DdpimgError
-from ddpimg.train.options import TrainConfig, add_training_arguments
+from ddpimg.train.config import TrainConfig
+from ddpimg.train.strategies import strategy_for
+from ddpimg.train.tasks import TRAINERS, trainer_for
+from ddpimg.train.tasks.gpt import SIZES
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    return parser
 
 
 def parse(*argv: str) -> TrainConfig:
-    parser = argparse.ArgumentParser()
-    add_training_arguments(parser)
-    return TrainConfig.from_namespace(parser.parse_args(list(argv)))
+    return train_config(parser().parse_args(list(argv)))
 
 
 def test_defaults_are_the_tutorials() -> None:
@@ -124,11 +132,6 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
             r"give exactly one of --batch-size and --global-batch-size, got --batch-size None",
         ),
         ({"batch_size": 8, "global_batch_size": 16}, r"got --batch-size 8 and --global-batch"),
-        ({"trainer": "gpt2"}, r"trainer must be one of gpt, mnist, resnet, toy, got 'gpt2'"),
-        (
-            {"strategy": "horovod"},
-            r"--strategy must be one of ddp, deepspeed, fsdp, got 'horovod'",
-        ),
         ({"precision": "fp8"}, r"--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),
     ],
@@ -136,6 +139,20 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
 def test_config_validates_on_construction(config: dict[str, object], message: str) -> None:
     with pytest.raises(DdpimgError, match=message):
         TrainConfig(**config)  # type: ignore[arg-type]
+
+
+def test_unknown_trainer_is_named() -> None:
+    with pytest.raises(
+        DdpimgError, match=r"trainer must be one of gpt, mnist, resnet, toy, got 'gpt2'"
+    ):
+        trainer_for(TrainConfig(trainer="gpt2"))
+
+
+def test_unknown_strategy_is_named() -> None:
+    with pytest.raises(
+        DdpimgError, match=r"--strategy must be one of ddp, deepspeed, fsdp, got 'horovod'"
+    ):
+        strategy_for(TrainConfig(strategy="horovod"))
 
 
 @pytest.mark.parametrize(
@@ -183,9 +200,9 @@ def test_building_the_parser_does_not_import_torch() -> None:
     code = (
         "import argparse, sys\n"
         "import ddpimg.train\n"
-        "from ddpimg.train.options import TrainConfig, add_training_arguments\n"
+        "from ddpimg.cli.train_options import add_training_arguments, train_config\n"
         "p = argparse.ArgumentParser(); add_training_arguments(p)\n"
-        "TrainConfig.from_namespace(p.parse_args(['--strategy', 'deepspeed']))\n"
+        "train_config(p.parse_args(['--strategy', 'deepspeed']))\n"
         "print(sorted(m for m in ('torch', 'deepspeed') if m in sys.modules))\n"
     )
     result = subprocess.run(
@@ -246,10 +263,8 @@ def test_unknown_gpt_size_is_refused_by_the_parser(capsys: pytest.CaptureFixture
 
 
 def test_gpt_sizes_are_the_models() -> None:
-    from ddpimg.train.models.gpt import CONFIGS
-    from ddpimg.train.options import GPT_SIZES
-
-    assert set(GPT_SIZES) == set(CONFIGS)
+    size = next(action for action in parser()._actions if action.dest == "size")
+    assert set(size.choices or ()) == set(SIZES)
 
 
 @pytest.mark.parametrize(
@@ -264,7 +279,8 @@ def test_default_batch_is_the_trainers(trainer: str, per_rank: int) -> None:
     [([], 1), (["toy"], 2), (["toy", "--gpus-per-replica", "1"], 1), (["gpt"], 1)],
 )
 def test_devices_per_rank(argv: list[str], devices: int) -> None:
-    assert parse(*argv).devices_per_rank == devices
+    config = parse(*argv)
+    assert TRAINERS[config.trainer].devices_per_rank(config) == devices
 
 
 @pytest.mark.parametrize(
@@ -282,7 +298,9 @@ def test_devices_per_rank(argv: list[str], devices: int) -> None:
 def test_auto_precision_is_decided_per_device(
     argv: list[str], device_type: str, precision: str
 ) -> None:
-    assert parse(*argv).for_device(device_type).precision == precision
+    config = parse(*argv)
+    auto = TRAINERS[config.trainer].auto_precision(device_type)
+    assert config.with_auto_precision(auto).precision == precision
 
 
 @pytest.mark.parametrize(

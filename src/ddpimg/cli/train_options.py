@@ -1,0 +1,286 @@
+"""The training flags of ``train [TRAINER]`` and the validated ``TrainConfig`` they become.
+
+Defaults come from ``TrainConfig``'s fields, the trainers' defaults, learning rates and own
+flags from their specs (``ddpimg.train.tasks``), the strategies from theirs: the parser
+repeats no number. Building it imports neither torch nor any trainer's code.
+``train_config`` checks every value and raises a DdpimgError naming the flag, the value and
+a fix; the one check that needs the world size (``--global-batch-size`` divisible by it) is
+``TrainConfig.per_rank_batch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ddpimg.train.config import (
+    DEFAULT_BATCH_SIZE,
+    PRECISIONS,
+    SYNTHETIC,
+    TrainConfig,
+    check_zero_stage_strategy,
+)
+from ddpimg.train.preemption import parse_signals
+from ddpimg.train.strategies import STRATEGIES, strategy_for
+from ddpimg.train.tasks import TRAINERS, trainer_for
+from ddpimg.train.tasks.spec import TrainerFlag, learning_rate_text
+
+DEFAULTS = TrainConfig()
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the trainer positional and the training flags to ``parser``."""
+    parser.add_argument(
+        "trainer",
+        nargs="?",
+        default=DEFAULTS.trainer,
+        choices=sorted(TRAINERS),
+        help="what to train (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--strategy",
+        default=DEFAULTS.strategy,
+        choices=sorted(STRATEGIES),
+        help="how gradients are shared between ranks (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=DEFAULTS.epochs,
+        help="passes over the training set (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULTS.max_steps,
+        help="stop after this many optimizer steps in total, then evaluate; 0: no limit "
+        "(default: %(default)s)",
+    )
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"samples per rank and step (default: {DEFAULT_BATCH_SIZE})",
+    )
+    batch.add_argument(
+        "--global-batch-size",
+        type=int,
+        default=None,
+        help="samples per step over all ranks; must be divisible by the world size. Fixing it "
+        "gives the same loss trajectory whatever the number of processes",
+    )
+    parser.add_argument(
+        "--data",
+        default=DEFAULTS.data,
+        metavar="synthetic|PATH",
+        help=f"'{SYNTHETIC}' (generated, identical everywhere) or, {_data_sources()} "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--train-samples",
+        type=int,
+        default=None,
+        help="use only the first N training samples (default: all)",
+    )
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="use only the first N evaluation samples (default: all)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULTS.out,
+        metavar="DIR",
+        help="where rank 0 writes metrics.jsonl and manifest.json (default: ./%(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULTS.seed,
+        help="seeds data order, dropout and initial weights (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="use deterministic kernels only: repeats are bitwise identical on the CPU",
+    )
+    parser.add_argument(
+        "--log-every",
+        type=int,
+        default=DEFAULTS.log_every,
+        metavar="N",
+        help="write a train metrics line every N optimizer steps (default: %(default)s)",
+    )
+    bf16_trainers = " and ".join(spec.name for spec in TRAINERS.values() if spec.bf16_on_gpu)
+    parser.add_argument(
+        "--precision",
+        default=DEFAULTS.precision,
+        choices=PRECISIONS,
+        help="bf16: autocast to bfloat16 (CPU and GPU); fp16: autocast to float16 with dynamic "
+        f"loss scaling (GPUs without bf16, e.g. V100); auto: bf16 for {bf16_trainers} on a "
+        "GPU, fp32 otherwise (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=DEFAULTS.warmup_steps,
+        metavar="N",
+        help="steps left out of the summary's steady throughput (images/s, tokens/s, MFU) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--zero-stage",
+        type=int,
+        default=None,
+        metavar="0..3",
+        help=f"DeepSpeed ZeRO stage, --strategy deepspeed only (default: {DEFAULTS.zero_stage})",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"learning rate (default: the trainer's: {_learning_rates()})",
+    )
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=None,
+        help=f"learning rate factor applied after every epoch (default: {_lr_decays()})",
+    )
+    for spec in TRAINERS.values():
+        if spec.flags:
+            _add_trainer_flags(parser, spec.name, spec.flags)
+
+    add_checkpoint_arguments(parser)
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """Checkpoint, resume and preemption flags (README: "Checkpoints and preemption")."""
+    group = parser.add_argument_group("checkpoints and preemption")
+    group.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=DEFAULTS.checkpoint_every,
+        metavar="N",
+        help="also checkpoint every N optimizer steps; checkpoints are always written after "
+        "every epoch and on preemption (default: %(default)s, epochs only)",
+    )
+    group.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=DEFAULTS.keep_checkpoints,
+        metavar="K",
+        help="keep the K newest checkpoints in --out/checkpoints (default: %(default)s)",
+    )
+    group.add_argument(
+        "--resume",
+        default=DEFAULTS.resume,
+        metavar="auto|PATH|none",
+        help="auto: continue from the newest valid checkpoint in --out, if any; PATH: from "
+        "that checkpoint directory; none: start over, removing --out's checkpoints "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--preempt-signals",
+        default=",".join(DEFAULTS.preempt_signals),
+        metavar="LIST",
+        help="signals that make every rank checkpoint and exit with status 75, comma-separated, "
+        "or 'none' (default: %(default)s; USR1 is refused: NCCL may use it)",
+    )
+    group.add_argument(
+        "--preempt-check-every",
+        type=int,
+        default=DEFAULTS.preempt_check_every,
+        metavar="N",
+        help="steps between the ranks' agreement on a received signal (one all-reduce of a "
+        "scalar, a host sync on GPU) (default: %(default)s)",
+    )
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The config from parsed ``add_training_arguments`` flags, checked against the trainer
+    and the strategy it names."""
+    batch_size, global_batch = args.batch_size, args.global_batch_size
+    if batch_size is None and global_batch is None:
+        batch_size = TRAINERS[args.trainer].default_batch_size
+    if args.zero_stage is not None:
+        check_zero_stage_strategy(args.zero_stage, args.strategy)
+    config = TrainConfig(
+        trainer=args.trainer,
+        strategy=args.strategy,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        batch_size=batch_size,
+        global_batch_size=global_batch,
+        data=args.data,
+        train_samples=args.train_samples,
+        eval_samples=args.eval_samples,
+        out=Path(args.out),
+        seed=args.seed,
+        deterministic=args.deterministic,
+        log_every=args.log_every,
+        precision=args.precision,
+        zero_stage=DEFAULTS.zero_stage if args.zero_stage is None else args.zero_stage,
+        lr=args.lr,
+        gamma=args.gamma,
+        warmup_steps=args.warmup_steps,
+        arch=args.arch,
+        image_size=args.image_size,
+        sync_batchnorm=args.sync_batchnorm,
+        size=args.size,
+        seq_len=args.seq_len,
+        gpus_per_replica=args.gpus_per_replica,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+        preempt_signals=parse_signals(args.preempt_signals),
+        preempt_check_every=args.preempt_check_every,
+    )
+    trainer_for(config)
+    strategy_for(config)
+    return config
+
+
+def _add_trainer_flags(
+    parser: argparse.ArgumentParser, trainer: str, flags: tuple[TrainerFlag, ...]
+) -> None:
+    """One help group per trainer; a flag left out stays None (the trainer's default)."""
+    group = parser.add_argument_group(trainer)
+    for flag in flags:
+        options: dict[str, Any] = {
+            "default": None,
+            "help": f"{flag.help} (default: {flag.default})",
+        }
+        if flag.negatable:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options |= {"metavar": flag.metavar, "type": flag.type, "choices": flag.choices}
+        group.add_argument(flag.option, **options)
+
+
+def _data_sources() -> str:
+    """What ``--data PATH`` is, trainer by trainer."""
+    sources = [f"for {s.name}, {s.data_source}" for s in TRAINERS.values() if s.data_source]
+    synthetic = [f"{s.name} is synthetic only" for s in TRAINERS.values() if not s.data_source]
+    return "; ".join(sources + synthetic)
+
+
+def _learning_rates() -> str:
+    """Each trainer's default learning rate and optimizer."""
+    rates = []
+    for spec in TRAINERS.values():
+        note = f"; {spec.learning_rate_note}" if spec.learning_rate_note else ""
+        rates.append(
+            f"{spec.name} {learning_rate_text(spec.learning_rate)} ({spec.optimizer}{note})"
+        )
+    return ", ".join(rates)
+
+
+def _lr_decays() -> str:
+    """The trainers' default ``--gamma``: the exceptions to 1."""
+    decays = [f"{s.lr_decay:g} for {s.name}" for s in TRAINERS.values() if s.lr_decay != 1.0]
+    return ", ".join([*decays, "1 otherwise"])

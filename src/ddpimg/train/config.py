@@ -1,0 +1,185 @@
+"""``TrainConfig``: what a training run needs besides the distributed context, validated.
+
+Everything here holds for every trainer and strategy. What one trainer adds (its default
+batch size and learning rate, its own flags and their checks) is declared by its
+``TrainerSpec`` (``ddpimg.train.tasks``), which checks a config for that trainer; this
+module imports neither the trainers nor the strategies, nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ddpimg.errors import DdpimgError
+from ddpimg.train.preemption import DEFAULT_SIGNALS, parse_signals
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+ZERO_STAGES = (0, 1, 2, 3)
+# Samples per rank and step of the origin tutorials; trainers with larger models set less.
+DEFAULT_BATCH_SIZE = 64
+SYNTHETIC = "synthetic"
+MAX_SEED = 2**63
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs besides the distributed context; the field defaults
+    are the ``train`` flags' defaults. Validated on construction; ``batch_size`` and
+    ``global_batch_size`` are exclusive (exactly one is set). The trainer-specific fields
+    (``arch`` ... ``gpus_per_replica``) are None unless their flag was given."""
+
+    trainer: str = "mnist"
+    strategy: str = "ddp"
+    epochs: int = 14
+    max_steps: int = 0
+    batch_size: int | None = DEFAULT_BATCH_SIZE
+    global_batch_size: int | None = None
+    data: str = SYNTHETIC
+    train_samples: int | None = None
+    eval_samples: int | None = None
+    out: Path = Path("ddpimg-run")
+    seed: int = 1
+    deterministic: bool = False
+    log_every: int = 10
+    precision: str = "auto"
+    zero_stage: int = 0
+    lr: float | None = None
+    gamma: float | None = None
+    warmup_steps: int = 10
+    arch: str | None = None
+    image_size: int | None = None
+    sync_batchnorm: bool | None = None
+    size: str | None = None
+    seq_len: int | None = None
+    gpus_per_replica: int | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    resume: str = "auto"
+    preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
+    preempt_check_every: int = 10
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def learning_rate(self, default: float) -> float:
+        """``--lr``, or the trainer's ``default`` when it was not given."""
+        return default if self.lr is None else self.lr
+
+    def lr_decay(self, default: float) -> float:
+        """``--gamma``, or the trainer's ``default`` when it was not given."""
+        return default if self.gamma is None else self.gamma
+
+    def with_auto_precision(self, precision: str) -> TrainConfig:
+        """The config with ``--precision auto`` replaced by ``precision`` (what the trainer
+        chose for the device, ``TrainerSpec.auto_precision``); an explicit one stays."""
+        return self if self.precision != "auto" else replace(self, precision=precision)
+
+    def per_rank_batch(self, world_size: int) -> int:
+        """Samples each rank takes per step."""
+        if self.batch_size is not None:
+            return self.batch_size
+        if self.global_batch_size is None:
+            raise DdpimgError(
+                "neither --batch-size nor --global-batch-size is set",
+                hint="give one of them",
+            )
+        if self.global_batch_size % world_size:
+            lower = self.global_batch_size // world_size * world_size
+            higher = lower + world_size
+            suggestion = f"{lower} or {higher}" if lower else str(higher)
+            raise DdpimgError(
+                f"--global-batch-size {self.global_batch_size} is not divisible by the "
+                f"world size {world_size}",
+                hint=f"use a multiple of {world_size} (e.g. {suggestion}), or --batch-size N "
+                "for N samples on every rank",
+            )
+        return self.global_batch_size // world_size
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-ready values (for manifest.json)."""
+        return asdict(self) | {"out": str(self.out), "preempt_signals": list(self.preempt_signals)}
+
+
+def check_zero_stage_strategy(stage: int, strategy: str) -> None:
+    """``--zero-stage`` (any value, 0 included, when given) needs ``--strategy deepspeed``."""
+    if strategy != "deepspeed":
+        raise DdpimgError(
+            f"--zero-stage {stage} applies to --strategy deepspeed only, got --strategy {strategy}",
+            hint="drop --zero-stage, or add --strategy deepspeed",
+        )
+
+
+def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    """DdpimgError naming ``flag`` when ``value`` is not one of ``choices``."""
+    if value not in choices:
+        raise DdpimgError(
+            f"{flag} must be one of {', '.join(choices)}, got {value!r}",
+            hint=f"pick one of {', '.join(choices)}",
+        )
+
+
+def check_at_least(flag: str, value: int | None, minimum: int, hint: str) -> None:
+    """DdpimgError naming ``flag`` when it was given (not None) and is below ``minimum``."""
+    if value is not None and value < minimum:
+        raise DdpimgError(f"{flag} must be at least {minimum}, got {value}", hint=hint)
+
+
+def _validate(config: TrainConfig) -> None:
+    check_choice("--precision", config.precision, PRECISIONS)
+    if config.zero_stage not in ZERO_STAGES:
+        raise DdpimgError(
+            f"--zero-stage must be one of 0, 1, 2, 3, got {config.zero_stage}",
+            hint="0: plain data parallel; 1: shard optimizer state; 2: and gradients; "
+            "3: and parameters",
+        )
+    if config.zero_stage:
+        check_zero_stage_strategy(config.zero_stage, config.strategy)
+    if (config.batch_size is None) == (config.global_batch_size is None):
+        raise DdpimgError(
+            f"give exactly one of --batch-size and --global-batch-size, got "
+            f"--batch-size {config.batch_size} and --global-batch-size {config.global_batch_size}",
+            hint="--batch-size is per rank; --global-batch-size is split over the ranks",
+        )
+    check_at_least("--epochs", config.epochs, 1, "one epoch is one pass over the training set")
+    check_at_least("--max-steps", config.max_steps, 0, "0 means no step limit")
+    check_at_least("--batch-size", config.batch_size, 1, "it counts samples per rank and step")
+    check_at_least("--global-batch-size", config.global_batch_size, 1, "it counts samples per step")
+    check_at_least("--train-samples", config.train_samples, 1, "leave it out to use all samples")
+    check_at_least("--eval-samples", config.eval_samples, 1, "leave it out to use all samples")
+    check_at_least("--seed", config.seed, 0, "any integer from 0 to 2**63 - 1")
+    if config.seed >= MAX_SEED:
+        raise DdpimgError(
+            f"--seed must be below 2**63, got {config.seed}", hint="any integer from 0 to 2**63 - 1"
+        )
+    check_at_least("--log-every", config.log_every, 1, "it counts optimizer steps between lines")
+    check_at_least("--warmup-steps", config.warmup_steps, 0, "0 counts every step")
+    if not config.data:
+        raise DdpimgError(
+            "--data is empty",
+            hint="give 'synthetic', or the dataset's path (see train --help for each trainer)",
+        )
+    _validate_checkpoint_flags(config)
+    if config.lr is not None and not config.lr > 0:
+        raise DdpimgError(
+            f"--lr must be positive, got {config.lr}",
+            hint="leave it out for the trainer's default (mnist's tutorial uses 1.0)",
+        )
+    if config.gamma is not None and not 0 < config.gamma <= 1:
+        raise DdpimgError(
+            f"--gamma must be in (0, 1], got {config.gamma}",
+            hint="the learning rate is multiplied by it after every epoch; 1 keeps it constant",
+        )
+
+
+def _validate_checkpoint_flags(config: TrainConfig) -> None:
+    check_at_least(
+        "--checkpoint-every", config.checkpoint_every, 0, "0 checkpoints after epochs only"
+    )
+    check_at_least("--keep-checkpoints", config.keep_checkpoints, 1, "the newest one must stay")
+    check_at_least("--preempt-check-every", config.preempt_check_every, 1, "1 checks every step")
+    if not config.resume:
+        raise DdpimgError("--resume is empty", hint="give auto, none or a checkpoint directory")
+    if config.preempt_signals:
+        parse_signals(",".join(config.preempt_signals))

@@ -1,0 +1,31 @@
+"""``train mnist``, the default trainer: the origin tutorials' MNIST CNN (pytorch/examples
+``mnist/main.py``) with Adadelta and a per-epoch decay (``task``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddpimg.train.tasks.spec import TrainerSpec
+
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.config import TrainConfig
+    from ddpimg.train.tasks.base import Task
+
+
+def _task(config: TrainConfig, ctx: DistContext) -> Task:
+    from ddpimg.train.tasks.mnist.task import MnistTask
+
+    return MnistTask(config, ctx)
+
+
+SPEC = TrainerSpec(
+    name="mnist",
+    factory=_task,
+    # The tutorial's Adadelta learning rate and per-epoch decay.
+    optimizer="Adadelta",
+    learning_rate=1.0,
+    lr_decay=0.7,
+    data_source="a directory holding the raw MNIST idx files as torchvision lays them out "
+    "(DIR/MNIST/raw/...)",
+)
