@@ -71,7 +71,7 @@ def run_training(
     if recorder is not None:
         recorder.summary(summary.to_json())
         recorder.finish("completed", 0)
-    return 0
+    return exitcodes.OK
 
 
 def _failure(err: BaseException) -> tuple[str, int, str]:
