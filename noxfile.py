@@ -155,6 +155,8 @@ CUDA_12_8_BASE = (
 # One lock per torch build; src/ddpimg/hardware/builds.py describes each one's hardware.
 LOCKS: dict[str, Lock] = {
     "pypi": Lock(),  # PyPI's torch as requirements/train.txt pins it: CUDA 13, no V100
+    # PyTorch's CPU wheels: a smaller cpu image. Not committed: its index is out of reach
+    # from this project's machines; `nox -s lock -- cpu` makes it where it is reachable.
     "cpu": Lock(index="https://download.pytorch.org/whl/cpu"),
     # PyPI's last CUDA 12.8 torch: V100 (sm 7.0) and drivers older than 580.
     "pypi-cu128": Lock(
@@ -163,6 +165,10 @@ LOCKS: dict[str, Lock] = {
         tag_suffix="-cu128",
     ),
 }
+# Both flavours' lock when none is named: the Dockerfile's TORCH_SOURCE default, committed,
+# so that the Dockerfile's own example command works on a fresh checkout. Its torch (CUDA
+# 13) runs on the CPU too; `--torch cpu` takes the smaller CPU build where that lock exists.
+DEFAULT_LOCK = "pypi"
 # The oldest Python among the bases (Debian 12: 3.11; Ubuntu 24.04: 3.12): the locks are
 # universal from there on, with hashes for every platform's files.
 LOCK_PYTHON = "3.11"
@@ -193,15 +199,14 @@ class ImageBuild:
     extra_ca: Path | None = None
 
 
-# CI's image: the CPU flavour on the local base, torch from PyPI (the CPU index is out of
-# reach), mpi4py's wheel (compiling it would take a quarter of CI's time for the smoke part).
-# Its torch is the CUDA 13 build, the gpu flavour's: `nox -s flavours` reads that from it too.
+# CI's image: the CPU flavour on the local base, torch from PyPI (the default lock; its torch
+# is the CUDA 13 build, the gpu flavour's: `nox -s flavours` reads that from it too), mpi4py's
+# wheel (compiling it would take a quarter of CI's time for the smoke part).
 SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
 # The CUDA 12.8 GPU image as `nox -s flavours` builds it: CI's way, on the local base.
 CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, mpi4py_wheel=True)
 
-# The images the bench part times: what `nox -s image -- FLAVOUR --local --torch pypi` makes
-# (the CPU index, the CPU flavour's default, is out of reach from here).
+# The images the bench part times: what `nox -s image -- FLAVOUR --local` makes.
 BENCH_BUILDS = [
     ImageBuild(flavour, f"ddpimg:{flavour}", "pypi", local=True) for flavour in ("cpu", "gpu")
 ]
@@ -237,7 +242,7 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
     parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
     parser.add_argument("flavour", choices=["cpu", "gpu"])
     parser.add_argument("--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128")
-    parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: gpu pypi, cpu cpu)")
+    parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
     parser.add_argument(
         "--local",
         action="store_true",
@@ -257,7 +262,7 @@ def _image_options(posargs: Sequence[str]) -> ImageBuild:
     )
     parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
     ns = parser.parse_args(list(posargs))
-    torch = ns.torch or ("cpu" if ns.flavour == "cpu" else "pypi")
+    torch = ns.torch or DEFAULT_LOCK
     return ImageBuild(
         flavour=ns.flavour,
         tag=ns.tag or _default_tag(ns.flavour, torch),
@@ -548,9 +553,9 @@ def sif(session: nox.Session) -> None:
         )
     parser = argparse.ArgumentParser(prog="nox -s sif --", allow_abbrev=False)
     parser.add_argument("kind", nargs="?", default="gpu", choices=["gpu", "cpu", "standalone"])
-    parser.add_argument("--torch", choices=sorted(LOCKS), help="lock (default: pypi)")
+    parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
     ns = parser.parse_args(session.posargs)
-    lock = LOCKS[ns.torch or "pypi"]
+    lock = LOCKS[ns.torch or DEFAULT_LOCK]
     build_args: list[str] = []
     if ns.kind == "standalone":
         facts = _source_facts()
@@ -560,14 +565,14 @@ def sif(session: nox.Session) -> None:
             f"REVISION={facts['REVISION']}",
             f"SOURCE_DATE_EPOCH={facts['SOURCE_DATE_EPOCH']}",
         ]
-        if ns.torch:  # the .def's defaults are the pypi lock's
+        if ns.torch:  # the .def's defaults are DEFAULT_LOCK's
             build_args.append(f"TORCH_SOURCE={ns.torch}")
         if lock.gpu_base is not None:
             build_args.append(f"GPU_BASE={lock.gpu_base}")
     else:
         # ddp.def from the image `nox -s image -- KIND --torch LOCK` tagged.
         recipe = CONTAINERS / "ddp.def"
-        tag = _default_tag(ns.kind, ns.torch or ("cpu" if ns.kind == "cpu" else "pypi"))
+        tag = _default_tag(ns.kind, ns.torch or DEFAULT_LOCK)
         name = tag.removeprefix("ddpimg:").removeprefix("gpu")  # "", "-cu128", "cpu"
         output = f"ddp{name if not name or name.startswith('-') else '-' + name}.sif"
         build_args = [f"IMAGE={tag}"]
