@@ -8,10 +8,11 @@
     nox -s tests -- -k slurm   arguments after ``--`` go to pytest (or to ``train`` for demo)
 
 What gets installed is written once, in ``requirements/train.txt`` (the training stack) and
-``requirements/dev.txt`` (test and lint tools), and every session installs both: even lint,
-because mypy judges the trainers against torch's own types, and without torch installed it
-reports different errors than in a developer's environment. Virtual environments are reused
-between runs; nox gives each session its own (~5.5 GB each, mostly torch's CUDA wheels).
+``requirements/dev.txt`` (test and lint tools). Every session that needs them (lint, tests,
+integration, multinode, demo, bench, gpu-check on the host) shares one virtual environment,
+the tests session's ``.nox/tests`` (~5.7 GB, mostly torch's CUDA wheels), made once and
+reused: even lint uses it, because mypy judges the trainers against torch's own types, and
+without torch installed it reports different errors than in a developer's environment.
 
 How images are built (locks, context, wheel server, docker build) is containers/imagebuild/;
 the image sessions here only call it.
@@ -20,6 +21,7 @@ the image sessions here only call it.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -40,11 +42,29 @@ nox.options.reuse_venv = "yes"
 DEV_REQUIREMENTS = "requirements/dev.txt"
 TRAIN_REQUIREMENTS = "requirements/train.txt"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
+# The one venv with the training stack: the tests session's own (other tooling runs
+# .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
+STACK_SESSION = "tests"
 
 
-def _install(session: nox.Session) -> None:
-    """Install ddpimg (editable), the training stack and the dev tools."""
-    session.install("-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS)
+def _stack(session: nox.Session) -> Path:
+    """Make the shared venv (STACK_SESSION's, beside this session's) hold ddpimg (editable),
+    the training stack and the dev tools; return its bin directory, which comes first on
+    PATH for the session's commands. Run its programs by that path: nox looks a program up
+    on its own PATH."""
+    venv = session.env_dir.with_name(STACK_SESSION).resolve()
+    bin_dir = venv / "bin"
+    if not (bin_dir / "python").exists():
+        # What nox itself runs for a session's venv: `nox -s tests` reuses this one.
+        session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
+    session.run_install(
+        str(bin_dir / "python"), "-m", "pip", "install",
+        "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS,
+        external=True, silent=True,
+    )  # fmt: skip
+    session.env["VIRTUAL_ENV"] = str(venv)
+    session.env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+    return bin_dir
 
 
 def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
@@ -53,19 +73,19 @@ def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
     Any non-zero exit fails the session, 5 ("no tests collected") included: a selection
     that matches nothing must not pass as green.
     """
-    _install(session)
+    bin_dir = _stack(session)
     if engines:
         engine.install_engine_packages(session)
-    session.run("pytest", *args, *session.posargs)
+    session.run(str(bin_dir / "pytest"), *args, *session.posargs, external=True)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     """Check style and types: ruff check, ruff format --check, mypy (strict)."""
-    _install(session)
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
-    session.run("mypy")
+    bin_dir = _stack(session)
+    session.run(str(bin_dir / "ruff"), "check", ".", external=True)
+    session.run(str(bin_dir / "ruff"), "format", "--check", ".", external=True)
+    session.run(str(bin_dir / "mypy"), external=True)
 
 
 @nox.session
@@ -75,29 +95,30 @@ def tests(session: nox.Session) -> None:
     _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker)")
 
 
-@nox.session(default=False)
+@nox.session(default=False, venv_backend="none")
 def integration(session: nox.Session) -> None:
     """Run the integration tests under real launchers (Slurm, Open MPI, torchrun)."""
     _pytest(session, "tests/integration", "-p", "no:cacheprovider", engines=True)
 
 
-@nox.session(default=False)
+@nox.session(default=False, venv_backend="none")
 def multinode(session: nox.Session) -> None:
     """Run the multi-node tests on a Slurm cluster of network-namespace nodes (root)."""
     _pytest(session, "tests/multinode", "-p", "no:cacheprovider", engines=True)
 
 
-@nox.session(default=False)
+@nox.session(default=False, venv_backend="none")
 def demo(session: nox.Session) -> None:
     """Run the main job: train on 2 local CPU workers, synthetic data, 1 epoch."""
-    _install(session)
-    session.run("train", *(session.posargs or DEMO_ARGS))
+    bin_dir = _stack(session)
+    session.run(str(bin_dir / "train"), *(session.posargs or DEMO_ARGS), external=True)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks (docs/performance.md): -- [benchmarks/bench.py options] [--image-reuse]."""
-    _install(session)
+    # bench.py runs in the shared venv; this session's own (pip only) fetches the wheels.
+    python = str(_stack(session) / "python")
     args = list(session.posargs)
     reuse = "--image-reuse" in args
     if reuse:
@@ -107,13 +128,15 @@ def bench(session: nox.Session) -> None:
     parts = argparse.ArgumentParser(add_help=False)
     parts.add_argument("--parts", default="image")
     if "image" not in parts.parse_known_args(args)[0].parts.split(","):
-        session.run("python", "benchmarks/bench.py", *args)
+        session.run(python, "benchmarks/bench.py", *args, external=True)
         return
     with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as tmp:
         builds = Path(tmp) / "builds.json"
         started_engine = images.bench_images(session, builds, rebuild=not reuse)
         try:
-            session.run("python", "benchmarks/bench.py", "--image-builds", str(builds), *args)
+            session.run(
+                python, "benchmarks/bench.py", "--image-builds", str(builds), *args, external=True
+            )
         finally:
             if started_engine:
                 engine.engine(session, "stop")
@@ -189,7 +212,7 @@ def sif(session: nox.Session) -> None:
     build_sif(session, apptainer, parse_sif_options(session.posargs, source_facts()))
 
 
-@nox.session(name="gpu-check", default=False)
+@nox.session(name="gpu-check", default=False, venv_backend="none")
 def gpu_check(session: nox.Session) -> None:
     """GPU checks of the GPU flavour (GPU seen, NCCL all-reduce, bf16 step); skips without one."""
     reason = engine.gpu_missing()
@@ -201,8 +224,8 @@ def gpu_check(session: nox.Session) -> None:
         apptainer = shutil.which("apptainer") or shutil.which("singularity") or "apptainer"
         session.run(apptainer, "exec", "--nv", target, "python3", script, external=True)
     elif target == "host":
-        _install(session)
-        session.run("python", str(locks.CONTAINERS / "scripts" / "gpu_check.py"))
+        python = str(_stack(session) / "python")
+        session.run(python, str(locks.CONTAINERS / "scripts" / "gpu_check.py"), external=True)
     else:
         session.run(
             "docker", "run", "--rm", "--gpus", "all", "--ipc", "host", target, "python3", script,
