@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Docker engine and a base image on a machine that has no registry (CI, this project's
-# development machines). Used by the image/smoke sessions in noxfile.py.
+# development machines). Used by the image sessions (containers/imagebuild/engine.py).
 #
 #   engine.sh start       use the engine that answers `docker info`; if none does, start
 #                         dockerd in the background and record its PID

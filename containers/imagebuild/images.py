@@ -1,0 +1,262 @@
+"""One `docker build` of containers/Dockerfile: its options (`nox -s image -- -h`), build
+arguments and commands; the builds that CI's tests and the benchmarks make."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import difflib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .context import source_facts, stage_context
+from .engine import engine, engine_answers, install_engine_packages
+from .locks import CONTAINERS, DEFAULT_LOCK, LOCKS, default_tag, lock_file, missing_lock
+from .session import Session
+from .wheels import wheelhouse
+
+# The base image made by containers/engine.sh where no registry can be reached.
+LOCAL_BASE = "ddpimg-base:bookworm"
+SMOKE_IMAGE = "ddpimg:cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageBuild:
+    """One `docker build` of containers/Dockerfile."""
+
+    flavour: str
+    tag: str
+    torch: str  # a LOCKS name
+    local: bool = False  # no registry: debootstrap base, locked files served from this machine
+    no_cache: bool = False
+    ds_build_ops: str | None = None  # a CUDA devel image to build the venv in, with the ops
+    cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST for those ops
+    mpi4py_wheel: bool = False  # mpi4py's wheel instead of compiling it (Dockerfile MPI4PY_BUILD)
+    extra_ca: Path | None = None
+
+
+# CI's image: the CPU flavour on the local base, torch from PyPI (the default lock; its torch
+# is the CUDA 13 build, the gpu flavour's: `nox -s flavours` reads that from it too), mpi4py's
+# wheel (compiling it would take a quarter of CI's time for the smoke part).
+SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
+# The CUDA 12.8 GPU image as `nox -s flavours` builds it: CI's way, on the local base.
+CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, mpi4py_wheel=True)
+# The images the bench part times: what `nox -s image -- FLAVOUR --local` makes.
+BENCH_BUILDS = [
+    ImageBuild(flavour, f"ddpimg:{flavour}", "pypi", local=True) for flavour in ("cpu", "gpu")
+]
+
+
+def image_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
+    parser.add_argument("flavour", choices=["cpu", "gpu"])
+    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128")
+    parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="no registry: start dockerd if needed, build on the debootstrap base, serve the "
+        "locked files from this machine to the build",
+    )
+    parser.add_argument("--no-cache", action="store_true")
+    parser.add_argument(
+        "--ds-build-ops",
+        metavar="DEVEL_IMAGE",
+        help="pre-build DeepSpeed's ops, building the venv in this CUDA devel image (same OS "
+        "and Python as the base, e.g. nvidia/cuda:13.0.3-devel-ubuntu24.04)",
+    )
+    parser.add_argument("--cuda-arch-list", help="TORCH_CUDA_ARCH_LIST for --ds-build-ops")
+    parser.add_argument(
+        "--mpi4py-wheel", action="store_true", help="mpi4py's wheel instead of compiling it"
+    )
+    parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
+    return parser
+
+
+def parse_image_options(posargs: Sequence[str]) -> ImageBuild:
+    """The build `nox -s image -- POSARGS` makes."""
+    ns = image_parser().parse_args(list(posargs))
+    torch = ns.torch or DEFAULT_LOCK
+    return ImageBuild(
+        flavour=ns.flavour,
+        tag=ns.tag or default_tag(ns.flavour, torch),
+        torch=torch,
+        local=ns.local,
+        no_cache=ns.no_cache,
+        ds_build_ops=ns.ds_build_ops,
+        cuda_arch_list=ns.cuda_arch_list,
+        mpi4py_wheel=ns.mpi4py_wheel,
+        extra_ca=ns.extra_ca,
+    )
+
+
+def build_args(
+    build: ImageBuild, facts: Mapping[str, str], wheels_url: str | None = None
+) -> dict[str, str]:
+    """The Dockerfile's build arguments for ``build``: ``facts`` (context.source_facts), the
+    flavour and lock, the bases, the options, and where the locked files are served."""
+    args = dict(facts) | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
+    gpu_base = LOCKS[build.torch].gpu_base
+    if build.local:
+        args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
+    elif gpu_base is not None and build.flavour == "gpu":
+        args["GPU_BASE"] = gpu_base
+    if build.ds_build_ops:
+        args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
+    if build.cuda_arch_list:
+        args["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list
+    if build.mpi4py_wheel:
+        args["MPI4PY_BUILD"] = "wheel"
+    if wheels_url is not None:
+        args["WHEELS_URL"] = wheels_url
+    return args
+
+
+def build_stage_tag(tag: str) -> str:
+    """The tag of an image's build stage: kept, it caches the next build's venv."""
+    return f"{tag}-build"
+
+
+def docker_commands(build: ImageBuild, context: Path, args: Mapping[str, str]) -> list[list[str]]:
+    """The two `docker build` commands of ``build`` from the staged ``context``: the build
+    stage, tagged (build_stage_tag) so that pruning keeps it as the next build's cache, then
+    the image. The second reuses what the first built (even with --no-cache: its layers
+    descend from the fresh ones, no older image)."""
+    command = ["docker", "build", "--file", str(context / CONTAINERS / "Dockerfile")]
+    if build.local:
+        command += ["--network", "host"]  # the build's pip reaches the wheel server
+    for name, value in sorted(args.items()):
+        command += ["--build-arg", f"{name}={value}"]
+    no_cache = ["--no-cache"] if build.no_cache else []
+    return [
+        [
+            *command,
+            *no_cache,
+            "--target",
+            "build",
+            "--tag",
+            build_stage_tag(build.tag),
+            str(context),
+        ],
+        [*command, "--tag", build.tag, str(context)],
+    ]
+
+
+def image_size(tag: str) -> int:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def prune(session: Session) -> None:
+    """Remove dangling images: what rebuilt tags named before (older images, build stages)."""
+    session.run("docker", "image", "prune", "--force", external=True, silent=True)
+
+
+def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
+    """`docker build` containers/Dockerfile for ``build``; the time taken and the size."""
+    reason = missing_lock(build.torch)
+    if reason is not None:
+        session.error(reason)
+    if build.local:
+        engine(session, "start")
+        engine(session, "base", LOCAL_BASE)
+    with contextlib.ExitStack() as stack:
+        context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
+        stage_context(context, build.extra_ca)
+        wheels_url = None
+        if build.local:
+            wheels = wheelhouse(session, lock_file(build.torch), build.mpi4py_wheel)
+            wheels_url = stack.enter_context(wheels)
+        args = build_args(build, source_facts(), wheels_url)
+        started = time.monotonic()
+        for command in docker_commands(build, context, args):
+            session.run(*command, external=True)
+        elapsed = time.monotonic() - started
+    prune(session)
+    size = image_size(build.tag)
+    session.log(f"built {build.tag} in {elapsed:.0f} s: {size / 1e9:.2f} GB ({size} bytes)")
+    return elapsed, size
+
+
+@contextlib.contextmanager
+def images_built(
+    session: Session, builds: Sequence[ImageBuild], drop_build_stages: Sequence[ImageBuild] = ()
+) -> Iterator[None]:
+    """Build ``builds`` here (the engines' packages first, when root); when the block ends,
+    remove the build stages of ``drop_build_stages`` and stop the dockerd this started."""
+    install_engine_packages(session)
+    ours = not engine_answers()
+    try:
+        for build in builds:
+            build_image(session, build)
+        yield
+    finally:
+        stages = [build_stage_tag(build.tag) for build in drop_build_stages]
+        if stages and engine_answers():
+            session.run("docker", "image", "rm", "--force", *stages, external=True, silent=True)
+        if ours:
+            engine(session, "stop")
+
+
+def bench_images(session: Session, record: Path, rebuild: bool) -> bool:
+    """Build BENCH_BUILDS without cache (``rebuild``) and write their times and sizes to
+    ``record`` for benchmarks/parts/image.py; True when this started dockerd (the caller
+    stops it with engine(session, "stop") when done)."""
+    if not engine_answers() and os.geteuid() != 0:
+        record.write_text(json.dumps({"skipped": "no Docker engine, and starting one needs root"}))
+        return False
+    install_engine_packages(session)
+    ours = not engine_answers()
+    if ours:
+        engine(session, "start")
+    results: dict[str, Any] = {}
+    for build in BENCH_BUILDS:
+        if rebuild:
+            elapsed, size = build_image(session, dataclasses.replace(build, no_cache=True))
+            results[build.flavour] = {"tag": build.tag, "build_s": elapsed, "bytes": size}
+        else:
+            results[build.flavour] = {"tag": build.tag, "build_s": None}
+    record.write_text(json.dumps(results))
+    return ours
+
+
+def freeze_diff(freezes: Sequence[Sequence[str]], tags: Sequence[str]) -> str | None:
+    """The unified diff of two `pip freeze` listings (None when they are the same)."""
+    if list(freezes[0]) == list(freezes[1]):
+        return None
+    diff = difflib.unified_diff(freezes[0], freezes[1], tags[0], tags[1], lineterm="")
+    return "\n".join(diff)
+
+
+def check_reproducible(session: Session) -> None:
+    """Build SMOKE_BUILD twice (the second with --no-cache) and compare `pip freeze` inside."""
+    tags = (SMOKE_IMAGE, f"{SMOKE_IMAGE}-repro")
+    build_image(session, SMOKE_BUILD)
+    build_image(session, dataclasses.replace(SMOKE_BUILD, tag=tags[1], no_cache=True))
+    freezes = []
+    for tag in tags:
+        freeze = session.run(
+            "docker", "run", "--rm", tag, "python3", "-m", "pip", "freeze", "--all",
+            external=True, silent=True,
+        )  # fmt: skip
+        freezes.append(str(freeze).splitlines())
+    session.run(
+        "docker", "image", "rm", tags[1], build_stage_tag(tags[1]), external=True, silent=True
+    )  # fmt: skip
+    prune(session)
+    diff = freeze_diff(freezes, tags)
+    if diff is not None:
+        session.error("the installed package sets differ:\n" + diff)
+    session.log(f"same {len(freezes[0])} packages in both builds:\n" + "\n".join(freezes[0]))

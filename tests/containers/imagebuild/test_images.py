@@ -1,0 +1,120 @@
+"""containers/imagebuild/images.py: `nox -s image` options, build arguments and commands."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from containers.imagebuild import images, locks
+from containers.imagebuild.images import ImageBuild
+from tests.containers.imagebuild.fakes import FakeSession, SessionError
+from tests.containers.recipes import read_dockerfile
+
+FACTS = {"REVISION": "abc", "SOURCE_DATE_EPOCH": "1", "CREATED": "x", "VERSION": "0.1.0"}
+
+
+@pytest.mark.parametrize(
+    ("posargs", "flavour", "torch", "tag"),
+    [
+        (["cpu"], "cpu", "pypi", "ddpimg:cpu"),
+        (["gpu"], "gpu", "pypi", "ddpimg:gpu"),
+        (["gpu", "--torch", "pypi-cu128"], "gpu", "pypi-cu128", "ddpimg:gpu-cu128"),
+        (["cpu", "--torch", "cpu"], "cpu", "cpu", "ddpimg:cpu"),
+        (["cpu", "--tag", "me/x:1"], "cpu", "pypi", "me/x:1"),
+    ],
+)
+def test_parse_image_options(posargs: list[str], flavour: str, torch: str, tag: str) -> None:
+    build = images.parse_image_options(posargs)
+    assert (build.flavour, build.torch, build.tag) == (flavour, torch, tag)
+
+
+def test_parse_image_options_reads_every_option(tmp_path: Path) -> None:
+    build = images.parse_image_options(
+        ["gpu", "--local", "--no-cache", "--ds-build-ops", "devel:1", "--cuda-arch-list", "9.0",
+         "--mpi4py-wheel", "--extra-ca", str(tmp_path / "ca.pem")]
+    )  # fmt: skip
+    assert build == ImageBuild(
+        "gpu", "ddpimg:gpu", "pypi", local=True, no_cache=True, ds_build_ops="devel:1",
+        cuda_arch_list="9.0", mpi4py_wheel=True, extra_ca=tmp_path / "ca.pem",
+    )  # fmt: skip
+
+
+def test_parse_image_options_rejects_an_unknown_lock() -> None:
+    with pytest.raises(SystemExit):
+        images.parse_image_options(["gpu", "--torch", "nope"])
+
+
+def test_build_args_of_a_plain_build() -> None:
+    args = images.build_args(ImageBuild("gpu", "ddpimg:gpu", "pypi"), FACTS)
+    assert args == FACTS | {"FLAVOUR": "gpu", "TORCH_SOURCE": "pypi"}
+
+
+def test_the_cuda12_lock_takes_its_base_for_the_gpu_flavour_only() -> None:
+    gpu = images.build_args(ImageBuild("gpu", "t", "pypi-cu128"), FACTS)
+    cpu = images.build_args(ImageBuild("cpu", "t", "pypi-cu128"), FACTS)
+    assert gpu["GPU_BASE"] == locks.CUDA_12_8_BASE
+    assert "GPU_BASE" not in cpu
+
+
+def test_a_local_build_takes_the_local_base_and_the_wheel_server() -> None:
+    build = dataclasses.replace(images.CUDA12_BUILD, ds_build_ops="devel:1", cuda_arch_list="9.0")
+    args = images.build_args(build, FACTS, wheels_url="http://127.0.0.1:1/")
+    assert args["GPU_BASE"] == args["CPU_BASE"] == images.LOCAL_BASE
+    assert args["WHEELS_URL"] == "http://127.0.0.1:1/"
+    assert args["MPI4PY_BUILD"] == "wheel"
+    assert (args["DS_BUILD_OPS"], args["BUILD_FROM"]) == ("1", "devel:1")
+    assert args["TORCH_CUDA_ARCH_LIST"] == "9.0"
+
+
+def test_every_build_arg_is_declared_in_the_dockerfile() -> None:
+    declared = {i.args.partition("=")[0] for i in read_dockerfile() if i.keyword == "ARG"}
+    build = ImageBuild(
+        "gpu", "t", "pypi-cu128", ds_build_ops="d", cuda_arch_list="9.0", mpi4py_wheel=True
+    )
+    local = dataclasses.replace(build, local=True)
+    passed = set(images.build_args(build, FACTS)) | set(images.build_args(local, FACTS, "u"))
+    assert passed <= declared
+
+
+def test_docker_commands_build_the_stage_then_the_image(tmp_path: Path) -> None:
+    build = ImageBuild("cpu", "ddpimg:cpu", "pypi", local=True, no_cache=True)
+    first, second = images.docker_commands(build, tmp_path, {"B": "2", "A": "1"})
+    common = [
+        "docker", "build", "--file", str(tmp_path / "containers" / "Dockerfile"),
+        "--network", "host", "--build-arg", "A=1", "--build-arg", "B=2",
+    ]  # fmt: skip
+    assert first == [*common, "--no-cache", "--target", "build", "--tag", "ddpimg:cpu-build",
+                     str(tmp_path)]  # fmt: skip
+    assert second == [*common, "--tag", "ddpimg:cpu", str(tmp_path)]
+
+
+def test_docker_commands_without_a_local_registry_use_the_default_network(tmp_path: Path) -> None:
+    for command in images.docker_commands(ImageBuild("gpu", "t", "pypi"), tmp_path, {}):
+        assert "--network" not in command
+        assert "--no-cache" not in command
+
+
+@pytest.mark.parametrize(
+    "build", [images.SMOKE_BUILD, images.CUDA12_BUILD, *images.BENCH_BUILDS], ids=str
+)
+def test_the_builds_ci_makes_have_their_lock(build: ImageBuild) -> None:
+    assert locks.missing_lock(build.torch) is None
+
+
+def test_build_image_stops_before_docker_without_the_lock(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(locks.LOCKS, "nope", locks.Lock())
+    with pytest.raises(SessionError, match=r"containers/lock/nope\.txt does not exist"):
+        images.build_image(session, ImageBuild("cpu", "t", "nope", local=True))
+    assert not session.runs
+
+
+def test_freeze_diff() -> None:
+    assert images.freeze_diff([["a==1"], ["a==1"]], ["x", "y"]) is None
+    diff = images.freeze_diff([["a==1", "b==1"], ["a==1", "b==2"]], ["x", "y"])
+    assert diff is not None
+    assert "-b==1" in diff.splitlines()
+    assert "+b==2" in diff.splitlines()

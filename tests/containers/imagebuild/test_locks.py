@@ -1,0 +1,119 @@
+"""containers/imagebuild/locks.py: the lock table, each flavour's default, `nox -s lock`."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.imagebuild import locks
+from containers.imagebuild.locks import DEFAULT_LOCK, LOCKS, Lock
+from tests.containers.imagebuild.fakes import FakeSession, SessionError
+from tests.containers.recipes import CONTAINERS, DEFS, read_definition, read_dockerfile
+
+
+def test_the_default_lock_is_committed() -> None:
+    """The Dockerfile's own example command (no TORCH_SOURCE) works on a fresh checkout."""
+    assert locks.missing_lock(DEFAULT_LOCK) is None
+    assert (CONTAINERS / "lock" / f"{DEFAULT_LOCK}.txt").is_file()
+
+
+def test_the_dockerfile_defaults_to_the_default_lock_in_every_stage() -> None:
+    defaults = [
+        instruction.args.partition("=")[2]
+        for instruction in read_dockerfile()
+        if instruction.keyword == "ARG" and instruction.args.startswith("TORCH_SOURCE")
+    ]
+    assert defaults
+    assert set(defaults) == {DEFAULT_LOCK}
+
+
+def test_the_dockerfile_example_names_no_lock() -> None:
+    header = (CONTAINERS / "Dockerfile").read_text(encoding="utf-8").split("\nARG ", 1)[0]
+    example = [line for line in header.splitlines() if "git archive HEAD | docker build" in line]
+    assert len(example) == 1
+    assert "TORCH_SOURCE" not in example[0]
+    assert "FLAVOUR=cpu" in example[0]
+
+
+def test_the_standalone_definition_defaults_to_the_default_lock() -> None:
+    assert read_definition(DEFS["ddp-standalone.def"]).arguments["TORCH_SOURCE"] == DEFAULT_LOCK
+
+
+@pytest.mark.parametrize(
+    ("flavour", "lock", "tag"),
+    [
+        ("gpu", "pypi", "ddpimg:gpu"),
+        ("gpu", "pypi-cu128", "ddpimg:gpu-cu128"),
+        ("cpu", "pypi", "ddpimg:cpu"),
+        ("cpu", "cpu", "ddpimg:cpu"),
+    ],
+)
+def test_default_tag(flavour: str, lock: str, tag: str) -> None:
+    assert locks.default_tag(flavour, lock) == tag
+
+
+def test_missing_lock_says_how_to_make_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(LOCKS, "nope", Lock(index="https://index.invalid/whl"))
+    reason = locks.missing_lock("nope")
+    assert reason == (
+        "containers/lock/nope.txt does not exist: make it with `nox -s lock -- nope` where "
+        "https://index.invalid/whl is reachable, or build with --torch pypi"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(LOCKS))
+def test_compile_command_writes_the_lock_and_says_how(name: str) -> None:
+    command = locks.compile_command(name)
+    assert command[:3] == ["uv", "pip", "compile"]
+    assert command[command.index("--output-file") + 1] == f"containers/lock/{name}.txt"
+    assert command[command.index("--custom-compile-command") + 1] == f"nox -s lock -- {name}"
+    assert command[command.index("--python-version") + 1] == locks.LOCK_PYTHON
+    assert "--generate-hashes" in command
+    assert "--universal" in command
+
+
+def test_compile_command_takes_the_lock_overrides() -> None:
+    command = locks.compile_command("pypi-cu128")
+    assert command[command.index("--override") + 1] == "containers/overrides/pypi-cu128.txt"
+    assert "--override" not in locks.compile_command("pypi")
+
+
+@pytest.mark.parametrize("name", sorted(LOCKS))
+def test_every_override_file_exists(name: str) -> None:
+    overrides = LOCKS[name].overrides
+    assert overrides is None or overrides.is_file()
+
+
+def test_make_refuses_an_unknown_lock_before_installing(session: FakeSession) -> None:
+    with pytest.raises(SessionError, match="unknown lock nope: choose from pypi, cpu, pypi-cu128"):
+        locks.make(session, ["nope"])
+    assert not session.installs
+
+
+def test_make_fails_on_a_named_lock_whose_index_is_out_of_reach(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locks, "unreachable", lambda url: f"{url}: no route")
+    with pytest.raises(SessionError, match=r"lock cpu: its index cannot be reached: .*no route"):
+        locks.make(session, ["cpu"])
+    assert not session.runs
+
+
+def test_make_all_skips_the_locks_whose_index_is_out_of_reach(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locks, "unreachable", lambda url: f"{url}: no route")
+    locks.make(session, [])
+    assert session.installs == [(locks.UV,)]
+    made = [run[run.index("--output-file") + 1] for run in session.runs]
+    assert made == ["containers/lock/pypi.txt", "containers/lock/pypi-cu128.txt"]
+    assert len(session.warnings) == 1
+    assert session.warnings[0].startswith("not made (index unreachable from here): cpu (")
+
+
+def test_make_searches_a_reachable_index(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locks, "unreachable", lambda url: None)
+    locks.make(session, ["cpu"])
+    (run,) = session.runs
+    assert run[run.index("--extra-index-url") + 1] == LOCKS["cpu"].index
