@@ -1,8 +1,8 @@
 """The image: sizes and build times of the CPU and GPU flavours, and how long
 ``docker run --rm IMAGE train --help`` takes against ``train --help`` from the host venv.
 
-The builds are made by ``nox -s bench`` (the build machinery lives in noxfile.py: the base
-image, the wheel server, the build arguments), which hands their times and sizes over in a
+The builds are made by ``nox -s bench`` (the build machinery lives in containers/imagebuild/:
+the base image, the wheel server, the build arguments), which hands their times and sizes over in a
 JSON file (``--image-builds``). Run on its own, this part measures the images that exist.
 """
 
