@@ -62,6 +62,18 @@ def _boot(argv: list[str]) -> None:
     # As `python FILE` would have it: the script's directory first on the import path.
     sys.path[0] = os.path.dirname(os.path.abspath(path))
     runpy.run_path(path, run_name="__main__")
+    _release_process_group()
+
+
+def _release_process_group() -> None:
+    """Destroy the default process group a script that returned left behind. This process
+    initialised MPI for the broadcast, so mpi4py finalises it at exit, and that raced the
+    backend's own threads: now and then a finished run aborted ("terminate called without an
+    active exception", signal 6). Only after a normal return: after an error the peers may
+    be gone, and tearing down could block."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
