@@ -40,6 +40,11 @@ class Topology:
     master_port: int | None = None
     job_key: str = ""
     job_id: str = ""
+    # Capabilities, read by the plan and the runtime so that they never test a launcher's
+    # name. master_via_mpi: the ranks share an MPI world, so rank 0 can publish its address
+    # at run time (an interface rule, or no host list at all). all_local: the launcher
+    # started every rank on this machine, so loopback reaches rank 0 (and a lone process
+    # given no port may take any free one).
     master_via_mpi: bool = False
     all_local: bool = False
     # How values the launcher did not give were derived, for ``ddpimg env --explain``.
