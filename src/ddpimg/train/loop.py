@@ -37,6 +37,7 @@ from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.preemption import Preempted
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
+from ddpimg.train.tasks import epoch_schedule
 
 if TYPE_CHECKING:
     from torch import nn
@@ -114,7 +115,7 @@ def train(
     model = task.build_model(dropout)
     optimizer = task.make_optimizer(model)
     wrapped = strategy.wrap(model, optimizer)
-    scheduler = task.make_scheduler(optimizer)
+    scheduler = epoch_schedule(config, optimizer)
     checkpoints = Checkpointer(config, ctx, strategy, scheduler, recorder)
     start = checkpoints.restore(resume)
     startup.mark("model")

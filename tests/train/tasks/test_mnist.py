@@ -9,7 +9,7 @@ from torch import nn
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext, GlobalBatchDropout
 from ddpimg.train.sharding import TrainShard, epoch_order
-from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks import TRAINERS, epoch_schedule
 from ddpimg.train.tasks.mnist.task import MnistNet, MnistTask
 from tests.train.contexts import single_process
 
@@ -38,7 +38,7 @@ def test_optimizer_and_schedule_are_the_tutorials(tmp_path: Path) -> None:
     task = MnistTask(TrainConfig(lr=0.8, gamma=0.5, out=tmp_path), CPU)
     optimizer = task.make_optimizer(MnistNet(DropoutContext(1)))
     assert isinstance(optimizer, torch.optim.Adadelta)
-    scheduler = task.make_scheduler(optimizer)
+    scheduler = epoch_schedule(task.config, optimizer)
     for _ in range(2):
         optimizer.step()
         scheduler.step()

@@ -16,6 +16,8 @@ from ddpimg.train.tasks import gpt, mnist, resnet, toy
 from ddpimg.train.tasks.spec import TrainerSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from ddpimg.train.config import TrainConfig
 
 # In the order `train --help` lists them.
@@ -40,3 +42,14 @@ def trainer_for(config: TrainConfig) -> TrainerSpec:
                 )
     spec.check(config)
     return spec
+
+
+def epoch_schedule(
+    config: TrainConfig, optimizer: torch.optim.Optimizer
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """Every trainer's schedule, as the tutorials have it: the learning rate times ``--gamma``
+    (the trainer's ``lr_decay`` when not given) after every epoch."""
+    import torch
+
+    gamma = config.lr_decay(TRAINERS[config.trainer].lr_decay)
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)

@@ -55,18 +55,3 @@ class Task(Protocol):
         (images/s, tokens/s, model-FLOPs utilisation), added to train lines and the summary;
         empty when the samples are all there is to count."""
         ...
-
-    def make_scheduler(
-        self, optimizer: torch.optim.Optimizer
-    ) -> torch.optim.lr_scheduler.LRScheduler:
-        """A learning rate schedule stepped once after every epoch."""
-        ...
-
-
-def epoch_decay(
-    optimizer: torch.optim.Optimizer, gamma: float
-) -> torch.optim.lr_scheduler.LRScheduler:
-    """The tutorials' schedule: the learning rate times ``gamma`` after every epoch."""
-    import torch
-
-    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)

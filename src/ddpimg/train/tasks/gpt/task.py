@@ -37,9 +37,8 @@ from ddpimg.errors import DataError, DdpimgError
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.models.gpt import Gpt
 from ddpimg.train.seeding import derive_seed
-from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
-from ddpimg.train.tasks.gpt import DEFAULT_SIZE, SIZES, SPEC
+from ddpimg.train.tasks.gpt import DEFAULT_SIZE, SIZES
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -256,11 +255,6 @@ class GptTask:
             betas=BETAS,
             fused=parameters[0].device.type == "cuda",
         )
-
-    def make_scheduler(
-        self, optimizer: torch.optim.Optimizer
-    ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         tokens_per_s = samples_per_s * self.seq_len

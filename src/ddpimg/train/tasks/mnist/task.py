@@ -13,7 +13,6 @@ from torch import nn
 
 from ddpimg.train.data import load_mnist
 from ddpimg.train.dropout import DropoutContext, GlobalBatchDropout
-from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.mnist import SPEC
 
 if TYPE_CHECKING:
@@ -73,11 +72,6 @@ class MnistTask:
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         learning_rate = self.config.learning_rate(SPEC.learning_rate)
         return torch.optim.Adadelta(model.parameters(), lr=learning_rate)
-
-    def make_scheduler(
-        self, optimizer: torch.optim.Optimizer
-    ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}

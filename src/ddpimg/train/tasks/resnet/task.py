@@ -39,7 +39,6 @@ from ddpimg.train.images import (
     load_image_folder,
     synthetic_imagenet,
 )
-from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC
 
 if TYPE_CHECKING:
@@ -169,11 +168,6 @@ class ResnetTask:
             momentum=MOMENTUM,
             weight_decay=WEIGHT_DECAY,
         )
-
-    def make_scheduler(
-        self, optimizer: torch.optim.Optimizer
-    ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {"images_per_s": samples_per_s}

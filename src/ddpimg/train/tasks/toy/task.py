@@ -27,7 +27,6 @@ from torch import nn
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.strategies import STRATEGIES
-from ddpimg.train.tasks.base import epoch_decay
 from ddpimg.train.tasks.datasets import sample_count
 from ddpimg.train.tasks.toy import SPEC, gpus_per_replica
 
@@ -124,11 +123,6 @@ class ToyTask:
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         learning_rate = self.config.learning_rate(SPEC.learning_rate)
         return torch.optim.Adam(model.parameters(), lr=learning_rate)
-
-    def make_scheduler(
-        self, optimizer: torch.optim.Optimizer
-    ) -> torch.optim.lr_scheduler.LRScheduler:
-        return epoch_decay(optimizer, self.config.lr_decay(SPEC.lr_decay))
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}
