@@ -24,8 +24,8 @@ from common import SameOrderSampler, device_ids, report, seed_everything, setup
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from ddpimg.train.data import normalize, synthetic_images
 from ddpimg.train.dropout import BatchPosition, DropoutContext
+from ddpimg.train.tasks.mnist.data import normalize, synthetic_images
 from ddpimg.train.tasks.mnist.task import MnistNet
 
 

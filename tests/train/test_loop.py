@@ -15,8 +15,7 @@ import torch
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
-from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.loop import Summary, evaluate, train
+from ddpimg.train.loop import Summary, Trainer, train
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies.ddp import DdpStrategy
@@ -122,12 +121,11 @@ def test_evaluate_matches_an_unsharded_computation(
 ) -> None:
     config = make_config(eval_samples=1500)
     task = MnistTask(config, ctx)
-    _, eval_set = task.load()
-    torch.manual_seed(0)
-    model = task.build_model(DropoutContext(1))
-    loss, accuracy = evaluate(model, task, eval_set, ctx, torch.no_grad)
+    trainer = Trainer(config, ctx, task, DdpStrategy(config, ctx), None)
+    loss, accuracy = trainer.evaluate()
+    model = trainer.model
     with torch.no_grad():
-        inputs, targets = eval_set.batch(slice(0, 1500))
+        inputs, targets = MnistTask(config, ctx).datasets()[1].batch(torch.arange(1500))
         output = model(inputs)
         expected_loss = task.loss(output, targets).double().mean().item()
         expected_accuracy = task.correct(output, targets).item() / 1500
@@ -141,11 +139,10 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
 ) -> None:
     # Rank 0 of 4 gets none of 2 samples but must run the same number of (empty) forwards.
     config = make_config(eval_samples=2)
-    task = MnistTask(config, ctx)
-    _, eval_set = task.load()
-    model = task.build_model(DropoutContext(1))
     rank0_of_4 = replace(ctx, world_size=4)
-    assert evaluate(model, task, eval_set, rank0_of_4, torch.no_grad) == (0.0, 0.0)
+    task = MnistTask(config, rank0_of_4)
+    trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None)
+    assert trainer.evaluate() == (0.0, 0.0)
 
 
 @pytest.mark.parametrize(("warmup", "counted"), [(0, True), (4, True), (5, False)])

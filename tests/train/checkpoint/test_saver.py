@@ -103,6 +103,27 @@ def test_preemption_at_the_last_step_of_an_epoch_resumes_with_its_evaluation(
     assert loop["reason"] == "epoch"
 
 
+def test_a_run_stopped_by_max_steps_is_extended_exactly(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    reference = replace(config, max_steps=10, out=tmp_path / "reference")
+    run_training(reference, ctx)
+    # Stopped in the middle of epoch 2: its evaluation and schedule step are still to come.
+    run_training(replace(config, max_steps=6), ctx)
+    loop = json.loads((config.out / CHECKPOINTS / "step-00000006" / "loop.json").read_text())
+    assert loop["reason"] == "max_steps"
+    assert (loop["loop"]["epoch"], loop["loop"]["index"], loop["loop"]["epoch_done"]) == (
+        2,
+        2,
+        False,
+    )
+    # The stopped run reported an evaluation of the model so far, and its summary.
+    assert [r["kind"] for r in records(config.out)][-2:] == ["eval", "summary"]
+    run_training(replace(config, max_steps=10), ctx)
+    assert trajectory(config.out) == trajectory(reference.out)
+    assert records(config.out)[-1]["final_loss"] == records(reference.out)[-1]["final_loss"]
+
+
 def test_resuming_a_finished_run_trains_nothing_and_reports_the_same(
     ctx: DistContext, config: TrainConfig
 ) -> None:

@@ -57,7 +57,7 @@ def test_loss_is_per_sample_nll() -> None:
 def test_load_respects_sample_limits(tmp_path: Path) -> None:
     config = TrainConfig(train_samples=30, eval_samples=20, out=tmp_path)
     task = TRAINERS["mnist"].factory(config, CPU)
-    train_set, eval_set = task.load()
+    train_set, eval_set = task.datasets()
     assert (len(train_set), len(eval_set)) == (30, 20)
     inputs, targets = train_set.batch(torch.tensor([0, 29]))
     assert inputs.shape == (2, 1, 28, 28)
@@ -73,7 +73,7 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
     included: the core of topology invariance."""
     config = TrainConfig(train_samples=64, eval_samples=1, out=tmp_path)
     task = MnistTask(config, CPU)
-    train_set, _ = task.load()
+    train_set, _ = task.datasets()
     order = epoch_order(len(train_set), seed=1, epoch=1)
     context = DropoutContext(seed=1)
     torch.manual_seed(1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ddpimg.errors import DataError
-from ddpimg.train.data import (
+from ddpimg.train.tasks.mnist.data import (
     IMAGES_MAGIC,
     LABELS_MAGIC,
     MEAN,

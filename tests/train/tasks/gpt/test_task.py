@@ -18,13 +18,8 @@ from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import TrainShard, epoch_order
 from ddpimg.train.strategies.ddp import DdpStrategy
 from ddpimg.train.tasks import TRAINERS
-from ddpimg.train.tasks.gpt.task import (
-    GptTask,
-    peak_bf16_flops,
-    read_text_bytes,
-    synthetic_sequences,
-    windows,
-)
+from ddpimg.train.tasks.gpt.data import read_text_bytes, synthetic_sequences, windows
+from ddpimg.train.tasks.gpt.task import GptTask, peak_bf16_flops
 from tests.train.contexts import single_process
 
 CPU = single_process()
@@ -92,7 +87,7 @@ def test_text_file_splits_off_its_last_tenth(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     path.write_bytes(bytes(32 + i % 89 for i in range(1000)))
     task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
-    train_set, eval_set = task.load()
+    train_set, eval_set = task.datasets()
     # The last 100 bytes held out -> 12 windows of 9 bytes; 900 bytes -> 112 windows.
     assert (len(train_set), len(eval_set)) == (112, 12)
     inputs, targets = train_set.batch(torch.tensor([0, 1]))
@@ -107,7 +102,7 @@ def test_short_text_file_is_an_error(tmp_path: Path) -> None:
     path.write_text("short")
     task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
     with pytest.raises(DataError, match=r"5 bytes leave no training sample of --seq-len 8 \+ 1"):
-        task.load()
+        task.datasets()
 
 
 def test_text_data_uses_the_byte_vocabulary(tmp_path: Path) -> None:
@@ -124,10 +119,10 @@ def test_seq_len_beyond_the_context_is_an_error(tmp_path: Path) -> None:
 
 def test_sample_limits(tmp_path: Path) -> None:
     task = GptTask(tiny(tmp_path, train_samples=20, eval_samples=3, seq_len=16), CPU)
-    train_set, eval_set = task.load()
+    train_set, eval_set = task.datasets()
     assert (len(train_set), len(eval_set)) == (20, 3)
     with pytest.raises(DataError, match=r"--eval-samples 501 is more than the 500 evaluation"):
-        GptTask(tiny(tmp_path, eval_samples=501), CPU).load()
+        GptTask(tiny(tmp_path, eval_samples=501), CPU).datasets()
 
 
 def test_loss_is_the_mean_over_a_samples_tokens(tmp_path: Path) -> None:
@@ -195,7 +190,7 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
     world_size: int, tmp_path: Path
 ) -> None:
     task = GptTask(tiny(tmp_path, train_samples=64, seq_len=16), CPU)
-    train_set, _ = task.load()
+    train_set, _ = task.datasets()
     order = epoch_order(len(train_set), seed=1, epoch=1)
     torch.manual_seed(1)
     model = task.build_model(DropoutContext(1))

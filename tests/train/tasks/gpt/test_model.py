@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from ddpimg.train.models.gpt import Gpt
-from ddpimg.train.tasks.gpt import SIZES, GptConfig
+from ddpimg.train.tasks.gpt.config import SIZES, GptConfig
+from ddpimg.train.tasks.gpt.model import Gpt
 
 
 def test_124m_is_gpt2_small() -> None:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from ddpimg.errors import DataError
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.seeding import derive_seed
+from ddpimg.train.tasks.base import InMemoryDataset
 
 MEAN = 0.1307
 STD = 0.3081
@@ -52,14 +53,18 @@ _SYNTHETIC_SEED = 20_240_601
 
 
 @dataclass(frozen=True)
-class ImageSet:
-    """``images``: uint8 (N, 28, 28); ``labels``: int64 (N,)."""
+class ImageSet(InMemoryDataset):
+    """``images``: uint8 (N, 28, 28); ``labels``: int64 (N,); on one device."""
 
     images: torch.Tensor
     labels: torch.Tensor
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
 
     def first(self, count: int) -> ImageSet:
         return ImageSet(self.images[:count], self.labels[:count])

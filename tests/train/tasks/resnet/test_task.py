@@ -7,9 +7,11 @@ import torch
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.batchnorm import GlobalBatchNorm
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.tasks.resnet.task import ResnetTask, check_arch, model_arguments
+from ddpimg.train.tasks.resnet.synthetic import SyntheticImages
+from ddpimg.train.tasks.resnet.task import ResnetTask
 from tests.train.contexts import single_process
 
 CPU = single_process()
@@ -27,41 +29,9 @@ def resnet(tmp_path: Path, **overrides: object) -> TrainConfig:
     return TrainConfig(**fields)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("arch", ["resnet50", "resnet18", "vit_b_16", "efficientnet_b0"])
-def test_torchvision_classifiers_are_accepted(arch: str) -> None:
-    check_arch(arch)
-
-
-@pytest.mark.parametrize(
-    ("arch", "message"),
-    [
-        ("resnet5", r"--arch resnet5 is not a torchvision classification model\n  hint: did you "
-         r"mean resnet50, .*\? \d+ models, e\.g\. resnet18"),
-        ("fasterrcnn_resnet50_fpn", r"--arch fasterrcnn_resnet50_fpn is not a torchvision "
-         r"classification model"),
-        ("zzz", r"hint: \d+ models, e\.g\. resnet18, resnet50, vit_b_16; list them with"),
-    ],
-)  # fmt: skip
-def test_unknown_arch_lists_close_names(arch: str, message: str) -> None:
-    with pytest.raises(DdpimgError, match=message):
-        check_arch(arch)
-
-
 def test_unknown_arch_fails_when_the_task_is_made(tmp_path: Path) -> None:
     with pytest.raises(DdpimgError, match=r"--arch resnet51 is not"):
         ResnetTask(resnet(tmp_path, arch="resnet51"), CPU)
-
-
-@pytest.mark.parametrize(
-    ("arch", "extra"),
-    [
-        ("resnet50", {}),
-        ("vit_b_16", {"image_size": 64}),
-        ("inception_v3", {"aux_logits": False, "init_weights": True}),
-    ],
-)
-def test_model_arguments(arch: str, extra: dict[str, object]) -> None:
-    assert model_arguments(arch, 64, 10) == {"weights": None, "num_classes": 10} | extra
 
 
 def test_default_is_resnet50_at_224(tmp_path: Path) -> None:
@@ -71,38 +41,36 @@ def test_default_is_resnet50_at_224(tmp_path: Path) -> None:
 
 def test_model_classifies_into_imagenets_classes(tmp_path: Path) -> None:
     task = ResnetTask(resnet(tmp_path), CPU)
-    train_set, _ = task.load()
+    train_set, _ = task.datasets()
     model = task.build_model(DropoutContext(1))
+    assert isinstance(train_set, SyntheticImages)
     inputs, labels = train_set.batch(torch.tensor([0, 1, 2]))
     output = model(inputs)
     assert output.shape == (3, 1000)
     assert task.loss(output, labels).shape == (3,)
-    # One process on the CPU: plain BatchNorm.
-    assert not any(isinstance(m, nn.SyncBatchNorm) for m in model.modules())
+    # On the CPU BatchNorm is ddpimg's, over the global batch.
+    assert any(isinstance(m, GlobalBatchNorm) for m in model.modules())
+    assert task.data_facts() == {"source": "synthetic", "train_samples": 64, "eval_samples": 16}
 
 
 @pytest.mark.parametrize(
     ("flag", "device", "world_size", "expected"),
     [
-        (None, "cuda", 2, True),
-        (None, "cuda", 1, False),
-        (False, "cuda", 2, False),
-        (True, "cuda", 2, True),
-        (None, "cpu", 2, False),
-        (True, "cpu", 1, False),
+        (None, "cuda", 2, "sync"),
+        (None, "cuda", 1, "local"),
+        (False, "cuda", 2, "local"),
+        (True, "cuda", 2, "sync"),
+        (None, "cpu", 2, "global"),
+        (None, "cpu", 1, "global"),
+        (True, "cpu", 4, "global"),
+        (False, "cpu", 2, "local"),
     ],
 )
-def test_sync_batchnorm_with_several_gpu_ranks(
-    tmp_path: Path, flag: bool | None, device: str, world_size: int, expected: bool
+def test_batchnorm_is_over_the_global_batch_unless_switched_off(
+    tmp_path: Path, flag: bool | None, device: str, world_size: int, expected: str
 ) -> None:
     task = ResnetTask(resnet(tmp_path, sync_batchnorm=flag), single_process(device, world_size))
-    assert task.sync_batchnorm() is expected
-
-
-def test_sync_batchnorm_asked_on_the_cpu_is_an_error(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path, sync_batchnorm=True), single_process("cpu", 2))
-    with pytest.raises(DdpimgError, match=r"--sync-batchnorm needs GPUs: torch's SyncBatchNorm"):
-        task.sync_batchnorm()
+    assert task.batchnorm() == expected
 
 
 @pytest.mark.parametrize(("batch", "lr"), [(32, 0.0125), (256, 0.1), (1024, 0.4)])

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddpimg.errors import DataError, DdpimgError
+from ddpimg.errors import DataError
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.tasks import TRAINERS
@@ -21,7 +21,7 @@ def toy(tmp_path: Path, **overrides: object) -> TrainConfig:
 
 
 def test_rows_are_the_tutorials(tmp_path: Path) -> None:
-    train_set, eval_set = TRAINERS["toy"].factory(toy(tmp_path), CPU).load()
+    train_set, eval_set = TRAINERS["toy"].factory(toy(tmp_path), CPU).datasets()
     assert (len(train_set), len(eval_set)) == (2**20, 2**14)
     inputs, labels = train_set.batch(torch.tensor([0, 7, 1_048_575]))
     assert inputs.shape == (3, 32)
@@ -31,10 +31,10 @@ def test_rows_are_the_tutorials(tmp_path: Path) -> None:
 
 
 def test_sample_limits(tmp_path: Path) -> None:
-    train_set, eval_set = ToyTask(toy(tmp_path, train_samples=100, eval_samples=10), CPU).load()
+    train_set, eval_set = ToyTask(toy(tmp_path, train_samples=100, eval_samples=10), CPU).datasets()
     assert (len(train_set), len(eval_set)) == (100, 10)
     with pytest.raises(DataError, match=r"--train-samples 1048577 is more than the 1048576"):
-        ToyTask(toy(tmp_path, train_samples=2**20 + 1), CPU).load()
+        ToyTask(toy(tmp_path, train_samples=2**20 + 1), CPU).datasets()
 
 
 def test_model_is_a_head_and_a_tail(tmp_path: Path) -> None:
@@ -59,17 +59,6 @@ def test_tail_runs_on_the_replicas_next_gpu(
     head: torch.device, gpus: int, tail: torch.device
 ) -> None:
     assert tail_device(head, gpus) == tail
-
-
-@pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
-def test_a_model_on_two_gpus_needs_ddp(tmp_path: Path, strategy: str) -> None:
-    task = ToyTask(toy(tmp_path, strategy=strategy), single_process(torch.device("cuda", 0)))
-    with pytest.raises(
-        DdpimgError,
-        match=rf"--strategy {strategy} cannot run the toy model spread over --gpus-per-replica 2"
-        r" GPUs .*\n  hint: use --strategy ddp, or --gpus-per-replica 1",
-    ):
-        task.build_model(DropoutContext(1))
 
 
 def test_optimizer_and_loss_are_the_tutorials(tmp_path: Path) -> None:

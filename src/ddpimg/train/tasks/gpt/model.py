@@ -1,5 +1,5 @@
 """A GPT-2-style decoder-only language model in plain torch, the ``gpt`` trainer's model;
-its shapes (``GptConfig``, one per ``--size``) are in ``ddpimg.train.tasks.gpt``.
+its shapes (``GptConfig``, one per ``--size``) are in ``ddpimg.train.tasks.gpt.config``.
 
 GPT-2's architecture (Radford et al. 2019) as nanoGPT writes it: token and position
 embeddings, pre-LayerNorm blocks of causal self-attention and a 4x-wide GELU MLP, a final
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from ddpimg.train.tasks.gpt import GptConfig
+    from ddpimg.train.tasks.gpt.config import GptConfig
 
 INIT_STD = 0.02
 
