@@ -49,19 +49,24 @@ def _class_folders(folder: Path) -> list[str]:
 
 def list_split(folder: Path, classes: list[str]) -> tuple[list[str], np.ndarray, dict[str, int]]:
     """The image files of ``folder`` (paths relative to it), their labels, and the
-    modification time (ns) of every folder walked, ``.`` for ``folder`` itself."""
+    modification time of every folder walked, ``.`` for ``folder`` itself."""
     paths: list[str] = []
     labels: list[int] = []
-    times = {".": os.stat(folder).st_mtime_ns}
+    times = {".": _mtime(folder)}
     for label, name in enumerate(classes):
         for parent, _, files in sorted(os.walk(folder / name, followlinks=True)):
             relative = os.path.relpath(parent, folder)
-            times[relative] = os.stat(parent).st_mtime_ns
+            times[relative] = _mtime(Path(parent))
             for file_name in sorted(files):
                 if is_image_name(file_name):
                     paths.append(os.path.join(relative, file_name))
                     labels.append(label)
     return paths, np.asarray(labels, dtype=np.int32), times
+
+
+def _mtime(path: Path) -> int:
+    """Whole seconds: what copies (``cp -p``, rsync, tar) and squashfs images keep."""
+    return int(os.stat(path).st_mtime)
 
 
 def write_listing(folder: Path, classes: list[str], directory: Path) -> None:
@@ -80,7 +85,7 @@ def read_listing(folder: Path, directory: Path) -> SampleTable | None:
         return None
     for relative, saved in table.meta.get("dirs", {}).items():
         try:
-            if os.stat(folder / relative).st_mtime_ns != saved:
+            if _mtime(folder / relative) != saved:
                 return None
         except OSError:
             return None

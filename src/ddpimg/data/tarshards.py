@@ -9,9 +9,10 @@ classes; without it they are named by their numbers.
 
 The index (a ``SampleTable``: shard number, byte offset and size of the image member, label,
 member name) is built by reading the tar headers once, which seeks past the image data and
-so costs little I/O. It remembers every shard's name, size and modification time, and is
-rebuilt when they change. A sample is then one ``pread`` of its byte range: no sequential
-pass over the shards, and the sampler, not the shard layout, decides the order.
+so costs little I/O. It remembers every shard's name, size and modification time (whole
+seconds), and is rebuilt when they change. A sample is then one ``pread`` of its byte
+range: no sequential pass over the shards, and the sampler, not the shard layout, decides
+the order.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _shard_facts(paths: list[Path]) -> list[list[object]]:
     facts: list[list[object]] = []
     for path in paths:
         stat = os.stat(path)
-        facts.append([path.name, stat.st_size, stat.st_mtime_ns])
+        # Whole seconds: what copies (cp -p, rsync, tar) and squashfs images keep.
+        facts.append([path.name, stat.st_size, int(stat.st_mtime)])
     return facts
 
 
