@@ -4,9 +4,9 @@ same for any number of processes on the CPU, where torch's ``SyncBatchNorm`` ref
 In training, every rank sums its slice's values and squares per channel (in float64, so
 that the mean of squares minus the squared mean does not cancel away the variance); one
 all-reduce of [count, sums, squares] gives the global batch's mean and variance, with which
-each rank normalises its slice. The all-reduce is the autograd-aware one
-(``torch.distributed.nn``): in backward it sums the gradients of the statistics over the
-ranks, so each rank's gradient is that of the global batch's loss, as ``SyncBatchNorm``'s.
+each rank normalises its slice. The all-reduce is differentiable (``_SummedOverRanks``): in
+backward it sums the gradients of the statistics over the ranks, so each rank's gradient is
+that of the global batch's loss, as ``SyncBatchNorm``'s.
 Running statistics are updated as torch updates them (momentum, unbiased variance).
 Evaluation uses the running statistics and no collective.
 
@@ -20,7 +20,23 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.nn.functional import all_reduce
+
+
+class _SummedOverRanks(torch.autograd.Function):
+    """All-reduce (sum) whose backward all-reduces the gradient: d(sum)/d(part) is 1 for
+    every rank's part, so each part's gradient is the sum of the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, tensor: torch.Tensor) -> torch.Tensor:
+        total = tensor.clone()
+        dist.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, gradient: torch.Tensor) -> torch.Tensor:
+        total = gradient.clone()
+        dist.all_reduce(total)
+        return total
 
 
 class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -49,7 +65,7 @@ class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
             ]
         )
         several = dist.is_initialized() and dist.get_world_size() > 1
-        reduced = all_reduce(local) if several else local  # type: ignore[no-untyped-call]
+        reduced = _SummedOverRanks.apply(local) if several else local
         count = reduced[0]
         mean = reduced[1 : 1 + channels] / count
         variance = (reduced[1 + channels :] / count - mean * mean).clamp_min(0.0)
