@@ -54,9 +54,19 @@ def _use_fallback_site(ctx: Context) -> list[str]:
 def install(ctx: Context) -> Outcome:
     """The stack's requirements from the carried folder and what the device has, resolved by
     pip with no index (the device's real versions: the last word on the wheel proof), then
-    ddpimg's wheel over any older install. In the dry run pip only resolves (--dry-run)
-    against this environment, which already holds everything."""
-    requirements = wheels.stack_requirements(wheels.read_device_packages(), ctx.repo)
+    ddpimg's wheel over any older install. If pip cannot resolve them, the carried wheels of
+    what the device lacks go in without their requirements, so that the other steps still
+    run, and the step fails naming what pip missed. In the dry run pip only resolves
+    (--dry-run) against this environment, which already holds everything."""
+    device_packages = wheels.read_device_packages()
+    requirements = wheels.stack_requirements(device_packages, ctx.repo)
+    carried = sorted(ctx.wheels.glob("*.whl"))
+    if not ctx.dry_run and not carried:
+        return Outcome(
+            "fail",
+            f"no wheels in {ctx.wheels}",
+            "make them here with nox -s device-wheels and carry them: run(..., carry=['.whl'])",
+        )
     pip = [PYTHON, "-m", "pip", "install", "--no-index", "--find-links", str(ctx.wheels),
            "--no-cache-dir", "--disable-pip-version-check"]  # fmt: skip
     if ctx.dry_run:
@@ -64,25 +74,32 @@ def install(ctx: Context) -> Outcome:
     elif not os.access(sysconfig.get_paths()["purelib"], os.W_OK):
         pip += _use_fallback_site(ctx)
     env = wheels.isolated_env()
+    notes: list[str] = []
+    problems: list[str] = []
     resolved = commands.run([*pip, *requirements], ctx.deadline, ctx.log, env=env)
-    if not resolved.ok:
-        return Outcome("fail", f"pip: {resolved.verdict()}", resolved.tail(2500))
-    notes = [f"resolved {', '.join(requirements)} with no index"]
-    ddpimg_wheel = sorted(ctx.wheels.glob("ddpimg-*.whl"))
+    if resolved.ok:
+        notes.append(f"resolved {', '.join(requirements)} with no index")
+    else:
+        problems.append(f"pip could not resolve the stack with no index: {resolved.tail(1500)}")
+        if ctx.dry_run:
+            return Outcome("fail", f"pip: {resolved.verdict()}", problems[0])
+        lacking = [str(w) for w in carried if wheels.wheel_name(w) not in device_packages]
+        forced = commands.run([*pip, "--no-deps", *lacking], ctx.deadline, ctx.log, env=env)
+        if not forced.ok:
+            return Outcome("fail", f"pip: {forced.verdict()}", forced.tail(2500))
+        notes.append("installed the carried wheels without their requirements instead")
     if not ctx.dry_run:
-        if not ddpimg_wheel:
+        own = [w for w in carried if wheels.wheel_name(w) == "ddpimg"]
+        if not own:
             return Outcome("fail", f"no ddpimg wheel in {ctx.wheels}", "run nox -s device-wheels")
         again = commands.run(
-            [*pip, "--no-deps", "--force-reinstall", str(ddpimg_wheel[-1])],
-            ctx.deadline,
-            ctx.log,
-            env=env,
+            [*pip, "--no-deps", "--force-reinstall", str(own[-1])], ctx.deadline, ctx.log, env=env
         )
         if not again.ok:
             return Outcome("fail", f"pip (ddpimg): {again.verdict()}", again.tail(2500))
     installed = _installed_ddpimg(ctx)
     if installed is None:
-        return Outcome("fail", "ddpimg cannot be imported after the install")
+        return Outcome("fail", "ddpimg cannot be imported after the install", "; ".join(problems))
     stale = stale_files(installed, ctx.repo / "src" / "ddpimg")
     if stale:
         # The wheel was built before the tree changed: install the tree itself.
@@ -99,9 +116,13 @@ def install(ctx: Context) -> Outcome:
             f"the ddpimg wheel was older than the tree in {len(stale)} file(s) "
             f"({', '.join(stale[:3])}): installed the tree; rerun nox -s device-wheels"
         )
-    measured = "installed" if not ctx.dry_run else "resolved (pip --dry-run)"
-    return Outcome("pass", f"{measured}; ddpimg at {installed}", "; ".join(notes),
-                   {"requirements": requirements, "stale": stale})  # fmt: skip
+    measured = "resolved (pip --dry-run)" if ctx.dry_run else "installed"
+    return Outcome(
+        "fail" if problems else "pass",
+        f"{measured}; ddpimg at {installed}; {'; '.join(notes)}",
+        "; ".join(problems),
+        {"requirements": requirements, "stale": stale},
+    )
 
 
 def device(ctx: Context) -> Outcome:
