@@ -266,8 +266,9 @@ def collect(
         else:
             version = lock.get(name)
             if version is None or not requirement.specifier.contains(version, prereleases=True):
+                there = f"the device has {device[name]}" if name in device else "not on the device"
                 raise WheelError(
-                    f"{requirement} (needed by {wanted_by}) is not on the device's list, and "
+                    f"{requirement} (needed by {wanted_by}): {there}, and "
                     f"{LOCK.relative_to(REPO)} pins {version or 'no version of it'}: add it to "
                     "containers/requirements.in and re-lock (nox -s lock)"
                 )
