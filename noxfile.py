@@ -31,7 +31,10 @@ from pathlib import Path
 import nox
 
 # nox does not put the noxfile's directory on sys.path: containers/imagebuild is beside it.
+# It names images with ddpimg.imagenames (a leaf module), read from the source tree because
+# nox's own Python has no ddpimg installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from containers.imagebuild import engine, images, locks
 from containers.imagebuild.context import source_facts
@@ -175,7 +178,7 @@ def _image_tests(
 
 @nox.session(default=False)
 def smoke(session: nox.Session) -> None:
-    """Build the CPU image on this machine (no registry) and run the Docker smoke tests."""
+    """Build the CPU image here (no registry); run it under docker and podman-hpc."""
     _image_tests(
         session, [images.SMOKE_BUILD], "tests/containers",
         {"DDPIMG_TEST_IMAGE": images.SMOKE_IMAGE},

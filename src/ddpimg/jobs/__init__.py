@@ -19,8 +19,8 @@ from ddpimg.jobs.fields import FIELDS
 from ddpimg.jobs.job_file import JobFile, load_job_file
 from ddpimg.jobs.render import render_script
 from ddpimg.jobs.resolve import flag_values, resolve_job, select_job_profile
-from ddpimg.jobs.slurm_time import parse_slurm_time
 from ddpimg.jobs.spec import JobSpec
+from ddpimg.slurm_units import parse_slurm_time
 
 __all__ = [
     "ERROR",
