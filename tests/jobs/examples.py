@@ -38,7 +38,14 @@ RUNTIME_EXAMPLES: dict[str, list[str]] = {
     "runtime-pyxis": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "pyxis"],
     "runtime-none": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "none"],
 }
-EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES]
+# Where the training data comes from (ddpimg.jobs.data): a squashfs image mounted read-only,
+# or shards copied to every node's own disk; train resnet gets --data from them.
+DATA_COMMAND = ["--", "train", "resnet", "--epochs", "90", "--global-batch-size", "1024"]
+DATA_EXAMPLES: dict[str, list[str]] = {
+    "data-image": ["--site", "roihu", "--data-image", "/scratch/project_2001234/imagenet.sqsh"],
+    "data-stage": ["--site", "della", "--stage-data", "/scratch/gpfs/me/imagenet-shards"],
+}
+EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES]
 
 
 # Shown in the docs; test_golden.py checks that it loads and renders.
@@ -60,6 +67,8 @@ def example_args(example: str) -> list[str]:
     """The `ddpimg sbatch` arguments of ``example``: a site's name or a RUNTIME_EXAMPLES key."""
     if example in RUNTIME_EXAMPLES:
         return [*RUNTIME_EXAMPLES[example], *COMMON, *COMMAND]
+    if example in DATA_EXAMPLES:
+        return [*DATA_EXAMPLES[example], *COMMON, *DATA_COMMAND]
     return ["--site", example, *COMMON, *EXTRA.get(example, []), *COMMAND]
 
 
@@ -89,7 +98,8 @@ def examples_doc() -> str:
         JOB_FILE_EXAMPLE.rstrip("\n"),
         "```",
         "",
-        "Scripts by site, then for the runtimes no shipped site uses:",
+        "Scripts by site, then for the runtimes no shipped site uses, then the two ways to "
+        "bring a dataset to the nodes (a squashfs image, or staging to node-local disk):",
         "",
     ]
     parts += [f"- [{example}](#{example})" for example in EXAMPLES]

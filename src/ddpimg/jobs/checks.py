@@ -15,32 +15,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from ddpimg.errors import JobError, with_hint
+from ddpimg.errors import JobError
 from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
+from ddpimg.jobs.data import check_data
+from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.flavour import default_image, flavour_mismatch, unbuildable
 from ddpimg.jobs.spec import DEFAULT, JobSpec, bind_entries, counted
 from ddpimg.site.container import FILE_IMAGE_FORMS, RUNTIMES
 from ddpimg.site.model import Limits, SiteProfile
 from ddpimg.site.sources import is_documented, source_of
 from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
-
-ERROR = "error"
-WARNING = "warning"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem: ``level`` is ``error`` (nothing is rendered) or ``warning``."""
-
-    level: str
-    message: str
-    hint: str
-
-    def __str__(self) -> str:
-        return with_hint(self.message, self.hint)
 
 
 def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> list[Finding]:
@@ -49,6 +35,7 @@ def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> l
     findings = [
         *_check_status(profile),
         *_check_command(spec),
+        *check_data(spec),
         *_check_gpus(spec, profile),
         *_check_gpu_type(spec, profile),
         *_check_layout(spec),

@@ -205,6 +205,30 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("max_restarts", int, 3, "requeue a preempted job at most this often", "N", minimum=0),
     Field(
+        "data_image",
+        str,
+        "",
+        "a squashfs image of the dataset (mksquashfs of `ddpimg data pack`'s output), mounted "
+        "read-only at /data in the container (apptainer, singularity); train gets --data /data",
+        "FILE",
+    ),
+    Field(
+        "stage_data",
+        str,
+        "",
+        "a dataset directory copied once per node to --local-dir before training (and removed "
+        "after); train gets --data the copy",
+        "DIR",
+    ),
+    Field(
+        "local_dir",
+        str,
+        "${TMPDIR:-/tmp}",
+        "node-local directory for --stage-data (expanded on the node: $VARIABLES allowed)",
+        "DIR",
+        from_profile=True,
+    ),
+    Field(
         "sbatch_options",
         list,
         (),

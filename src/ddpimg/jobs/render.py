@@ -17,6 +17,7 @@ import textwrap
 
 from ddpimg import exitcodes
 from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
 from ddpimg.site.model import SiteProfile
@@ -161,6 +162,7 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "trap forward_usr2 USR2",
         "trap note_term TERM",
         "",
+        *staging_lines(spec),
         *_step(spec, profile),
         "step_pid=$!",
         "",
@@ -174,6 +176,7 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "    fi",
         "done",
         "",
+        *cleanup_lines(spec),
         "# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS",
         "# times. An array task is requeued by its own id, <array job id>_<task id>.",
         'if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then',
@@ -211,7 +214,9 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     ]
     binding = [f"--cpu-bind={spec.cpu_bind}"] if spec.cpu_bind_applies else []
     prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
-    command = shell_words(TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node)
+    command = shell_words(
+        TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node, data_word(spec)
+    )
     parts = [srun]
     if binding or runtime.srun_options:
         parts.append([*binding, *runtime.srun_options])

@@ -25,7 +25,9 @@ runtime                   the step's tasks run
 ========================  ==================================================================
 
 Every runtime binds the job's working directory and ``spec.binds`` (the site's file systems,
-the fabric's host paths, ``--bind``) the same way.
+the fabric's host paths, ``--bind``) the same way, and the node-local copy of
+``--stage-data`` at its own path; apptainer and singularity also mount ``--data-image``
+(``ddpimg.jobs.data``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ddpimg.jobs.data import STAGED, image_bind, staged_bind
 from ddpimg.jobs.spec import JobSpec
 from ddpimg.site.fabric import split_bind
 from ddpimg.site.model import SiteProfile
@@ -79,6 +82,9 @@ def _apptainer(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> I
         words.append(flag)
     if spec.binds:
         words += ["--bind", ",".join(spec.binds)]
+    for bind in (image_bind(spec), spec.stage_data and staged_bind(target_too=False)):
+        if bind:
+            words += ["--bind", bind]
     words += [*options, shlex.quote(spec.image)]
     comments = [
         f"# {spec.runtime} passes the host environment (SLURM_*) into the container; the working",
@@ -114,7 +120,10 @@ def _docker(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invo
 
 def _volumes(spec: JobSpec) -> list[str]:
     volumes = [f"--volume {WORKDIR_BIND}", f"--workdir {WORKDIR}"]
-    return volumes + [f"--volume {_host_and_target(path)}" for path in spec.binds]
+    volumes += [f"--volume {_host_and_target(path)}" for path in spec.binds]
+    if spec.stage_data:
+        volumes.append(f"--volume {staged_bind(target_too=True)}")
+    return volumes
 
 
 def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invocation:
@@ -140,7 +149,8 @@ def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> 
 
 
 def _pyxis(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invocation:
-    mounts = ",".join([WORKDIR_BIND, *(_host_and_target(b) for b in spec.binds)])
+    staged = [staged_bind(target_too=True)] if spec.stage_data else []
+    mounts = ",".join([WORKDIR_BIND, *(_host_and_target(b) for b in spec.binds), *staged])
     return Invocation(
         srun_options=(
             f"--container-image={shlex.quote(spec.image)}",
@@ -158,6 +168,8 @@ def _pyxis(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invoc
 def edf_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
     """The Container Engine's environment definition (TOML) of the step."""
     mounts = ["${PWD}", *(":".join(split_bind(bind)) for bind in spec.binds)]
+    if spec.stage_data:  # exported by the script; the engine expands it
+        mounts.append(f"${{{STAGED}}}")
     # An absolute path: the engine expands ${PWD}, the job's working directory.
     image = spec.image if spec.image.startswith("/") else "${PWD}/" + spec.image.removeprefix("./")
     lines = [

@@ -45,6 +45,9 @@ class JobSpec:
     binds: tuple[str, ...]
     signal_seconds: int
     max_restarts: int
+    data_image: str
+    stage_data: str
+    local_dir: str
     sbatch_options: tuple[str, ...]
     command: tuple[str, ...]
     sources: tuple[tuple[str, str], ...] = ()

@@ -32,6 +32,7 @@ class JobDefaults:
     qos: str = ""  # --qos
     mem_per_gpu: str = ""  # Slurm memory size per GPU; --mem is this times the GPUs per node
     cpu_bind: str = ""  # srun --cpu-bind, e.g. LUMI's mask of each GCD's cores
+    local_dir: str = ""  # node-local directory --stage-data copies into; shell words allowed
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,7 @@ SCHEMA: dict[str, Key] = {
     "job.qos": Key(STRING, "job.qos"),
     "job.mem_per_gpu": Key(STRING, "job.mem_per_gpu", check=_slurm_memory),
     "job.cpu_bind": Key(STRING, "job.cpu_bind", check=_no_whitespace),
+    "job.local_dir": Key(STRING, "job.local_dir", check=_no_whitespace),
     "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
     "container.image": Key(STRING, "container.image"),
     "container.options": Key(STRING_LIST, "container.options", check=_no_empty_items),
