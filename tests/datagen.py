@@ -49,7 +49,8 @@ def image(
     stripes = np.sin((xs * np.cos(angle) + ys * np.sin(angle)) / 4.0)
     pixels = 128 + 60 * colour[None, None, :] + 40 * stripes[..., None]
     pixels = pixels + rng.normal(0, 25, (height, width, 3))
-    return np.clip(pixels, 0, 255).astype(np.uint8)
+    clipped: np.ndarray = np.clip(pixels, 0, 255).astype(np.uint8)
+    return clipped
 
 
 def make_image_tree(

@@ -14,6 +14,7 @@ CPU; a GPU adds its context and the model's copy, not seconds more).
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Any
 
 from parts import gpu
@@ -22,6 +23,14 @@ from parts.common import run_train
 from runbook.model import Context, Outcome, Row, Status
 
 MNIST_SPEEDUP = 5.0
+# Images/s from JPEG files against synthetic images (generated on the GPU, no input work):
+# the loader must keep the GPU mostly fed with the device's 16 cores (15 workers).
+FILES_VS_SYNTHETIC = 0.8
+# The generated JPEG tree: ImageNet-like sides (300-500 px), sized to be made in seconds.
+JPEG_TREES: dict[str, dict[str, Any]] = {
+    "gpu": {"classes": 20, "train_per_class": 100, "val_per_class": 5, "sizes": (300, 500)},
+    "dry": {"classes": 4, "train_per_class": 16, "val_per_class": 2, "sizes": (40, 80)},
+}
 ACCURACY_TOLERANCE = 0.01  # "the same final accuracy": within one point
 RESNET_IMAGES_PER_S = 3000.0
 GPT_MFU = 0.45
@@ -92,6 +101,45 @@ def bench_resnet(ctx: Context) -> Outcome:
     met = ours >= theirs and (ours >= RESNET_IMAGES_PER_S or not goal_applies)
     status, measured = judged(ctx, met, measured)
     return Outcome(status, measured, record=record)
+
+
+def bench_resnet_files(ctx: Context) -> Outcome:
+    """The same ResNet run on synthetic images and on a generated JPEG tree (the streamed
+    pipeline: DataLoader workers decoding and augmenting, uint8 to the GPU)."""
+    sys.path.insert(0, str(ctx.repo))  # tests.datagen: the tree generator of the tests
+    from tests.datagen import make_image_tree
+
+    size = _sizes(ctx)["resnet"]
+    tree = ctx.work / "jpeg-tree"
+    spec = JPEG_TREES["dry" if ctx.dry_run else "gpu"]
+    if not tree.exists():
+        make_image_tree(tree, **spec)
+    samples = spec["classes"] * spec["train_per_class"]
+    epochs = -(-size["steps"] * size["batch"] // samples)
+    precision = "fp32" if ctx.dry_run else "bf16"
+    common = [
+        "resnet", "--arch", size["arch"], "--image-size", str(size["image_size"]),
+        "--batch-size", str(size["batch"]), "--precision", precision,
+    ]  # fmt: skip
+    rates = {}
+    for data in ("synthetic", str(tree)):
+        extra = ["--train-samples", str(samples)] if data == "synthetic" else []
+        run = run_train(
+            [*common, "--data", data, *extra],
+            steps=size["steps"],
+            warmup=size["warmup"],
+            epochs=epochs,
+            deadline=ctx.deadline.ends,
+        )
+        rates["files" if data != "synthetic" else "synthetic"] = float(run.summary["images_per_s"])
+    ratio = rates["files"] / rates["synthetic"]
+    measured = (
+        f"{size['arch']} {size['image_size']} px {precision}, batch {size['batch']}, "
+        f"{samples} JPEGs of {spec['sizes'][0]}-{spec['sizes'][1]} px: {rates['files']:.0f} "
+        f"images/s from files, {rates['synthetic']:.0f} synthetic ({ratio:.2f}x)"
+    )
+    status, measured = judged(ctx, ratio >= FILES_VS_SYNTHETIC, measured)
+    return Outcome(status, measured, record=rates | {"ratio": ratio, "tree": spec})
 
 
 def bench_gpt(ctx: Context) -> Outcome:

@@ -8,8 +8,9 @@ The parts are sized for the device tool's 10-minute commands with a margin (9 mi
 2. the one-rank matrix (72 cells: every trainer x strategy x precision);
 3. the benchmark.
 
-Not here yet: the real-data pipelines (ResNet-50 bf16 on generated JPEGs against synthetic
-images; GPT on token shards) land with issues 18 and 19, each as one more entry of part 3.
+The real-data pipelines: ResNet-50 bf16 on generated JPEGs against synthetic images
+(``bench-resnet50-files``); GPT on token shards lands with issue 19 as one more entry of
+part 3.
 The GPU estimates are a first guess, never measured; the first GPU run's seconds (in each
 part's JSON) should replace them. A matrix step's estimate is that of one cell: its cells
 are budgeted one by one (bf16 first, fp16 last), so a part that runs short leaves out the
@@ -51,6 +52,9 @@ PLAN: tuple[Step, ...] = (
     Step("bench-resnet50", (3,), f"ResNet-50 bf16 + channels_last >= "
          f"{bench_steps.RESNET_IMAGES_PER_S:,.0f} images/s on an H100, >= the reference loop",
          bench_steps.bench_resnet, 120, 25),
+    Step("bench-resnet50-files", (3,), f"ResNet-50 bf16 on generated JPEG files >= "
+         f"{bench_steps.FILES_VS_SYNTHETIC:.1f}x the images/s on synthetic images",
+         bench_steps.bench_resnet_files, 150, 30),
     Step("bench-gpt124m", (3,), f"GPT-124M bf16: MFU >= {100 * bench_steps.GPT_MFU:.0f}%",
          bench_steps.bench_gpt, 60, 15),
     Step("time-to-first-step", (3,), "time to the first step (by phase)",
