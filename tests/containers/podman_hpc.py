@@ -8,9 +8,10 @@ binary, its ``fuse-overlayfs-wrap`` mount program, its modules, the OCI hook it 
 ``containers.conf`` naming runc and no default ulimits: crun cannot run under cgroups v1 /
 hybrid, and podman's default ulimits exceed what a process without CAP_SYS_RESOURCE may set.
 
-The image comes from docker (``docker save | podman-hpc load``, not a second build). The
-load takes minutes (the 6.5 GB image through the docker daemon, then into podman's store), so
-it starts in the background when the test session starts and the podman test waits for it.
+The image comes from docker (``docker save`` to a file, then ``podman-hpc load``, not a second
+build). The save takes about a minute and runs first; the load takes minutes more (the 6.5 GB
+archive into podman's store), so it runs in the background while the other tests run, and the
+podman test waits for it.
 ``podman-hpc migrate`` (the squashed images NERSC's compute nodes run from) is not tried: it
 runs a statically linked ``mksquashfs.static`` inside the image, which Debian does not ship.
 """
@@ -25,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 LOAD_TIMEOUT_S = 900
+SAVE_TIMEOUT_S = 600
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = []
@@ -65,6 +67,30 @@ def configure(root: Path) -> dict[str, str]:
     }
 
 
+SPACE_FACTOR = 2.5  # the saved archive + the unpacked layers + room for the containers
+
+
+def _check_space(image: str, root: Path) -> None:
+    """Fail at once, saying how much is missing, when the store's file system cannot hold
+    the load (else podman fails minutes later with a bare "no space left on device")."""
+    size = int(
+        subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{.Size}}", image],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    free = shutil.disk_usage(root).free
+    needed = int(SPACE_FACTOR * size)
+    assert free >= needed, (
+        f"podman-hpc load of {image} ({size / 1e9:.1f} GB) needs about {needed / 1e9:.1f} GB "
+        f"free under {root.parent}, which has {free / 1e9:.1f} GB: free some space (docker "
+        "images, old worktrees) or point TMPDIR elsewhere"
+    )
+
+
 class Store:
     """podman-hpc configured in a temporary directory, ``image`` loading into its store in
     the background from the moment it is made; :meth:`close` removes everything."""
@@ -75,34 +101,43 @@ class Store:
         )
         self.root = Path(self._tmp.name)
         self.env = configure(self.root)
-        self._save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        _check_space(image, self.root)
+        # The image is saved to a file before anything else runs, not piped into the load
+        # while the other tests start containers: docker's overlay2 without native diff reads
+        # the layers through a mount that a concurrent container's clean-up can take away
+        # ("open .../merged/...: no such file or directory", seen here and on CI).
+        archive = self.root / "image.tar"
+        saved = subprocess.run(
+            ["docker", "save", "--output", str(archive), image],
+            capture_output=True,
+            text=True,
+            timeout=SAVE_TIMEOUT_S,
+            check=False,
+        )
+        assert saved.returncode == 0, f"docker save {image} failed:\n{saved.stderr[-2000:]}"
+        self._archive = archive
         self._load = subprocess.Popen(
-            ["podman-hpc", "load"],
-            stdin=self._save.stdout,
+            ["podman-hpc", "load", "--input", str(archive)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,
             text=True,
         )
-        assert self._save.stdout is not None
-        self._save.stdout.close()  # the load holds the pipe now
         self._loaded: str | None = None
 
     def wait(self) -> dict[str, str]:
         """Wait for the load; podman-hpc's environment. Fails naming what went wrong."""
         if self._loaded is None:
             output, _ = self._load.communicate(timeout=LOAD_TIMEOUT_S)
-            saved = self._save.wait(timeout=60)
-            assert saved == 0, f"docker save exited {saved}"
+            self._archive.unlink()
             assert self._load.returncode == 0, f"podman-hpc load failed:\n{output[-2000:]}"
             self._loaded = output
         return self.env
 
     def close(self) -> None:
-        for proc in (self._load, self._save):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=60)
+        if self._load.poll() is None:
+            self._load.kill()
+            self._load.wait(timeout=60)
         subprocess.run(
             ["podman-hpc", "system", "reset", "--force"],
             env=self.env,
