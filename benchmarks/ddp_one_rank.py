@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext
+from ddpimg.train.sharding import BatchPlan
 from ddpimg.train.tasks import TRAINERS
 
 # name -> DDP's keyword arguments (None: the bare module). "ddp": as the tutorials wrap it;
@@ -70,7 +71,9 @@ def main() -> None:
         timeout_s=600.0,
     )
     task = TRAINERS[config.trainer].factory(config, ctx)
-    train_set, _ = task.load()
+    train_set, _ = task.datasets()
+    steps = tuple(slice(step * batch, (step + 1) * batch) for step in range(args.steps))
+    plan = BatchPlan(None, torch.arange(len(train_set)), steps)
     dropout = DropoutContext(config.seed)
     variants: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {}
     for name in args.variants.split(","):
@@ -89,8 +92,7 @@ def main() -> None:
             model, optimizer = variants[name]
             model.train()
             began = time.perf_counter()
-            for step in range(args.steps):
-                inputs, targets = train_set.batch(slice(step * batch, (step + 1) * batch))
+            for step, (inputs, targets) in enumerate(train_set.batches(plan)):
                 dropout.position = BatchPosition(step + 1, 0, batch)
                 loss = task.loss(model(inputs), targets).mean()
                 torch.autograd.backward(loss)

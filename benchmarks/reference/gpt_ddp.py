@@ -20,9 +20,9 @@ from common import SameOrderSampler, report, seed_everything, setup
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from ddpimg.train.models.gpt import Gpt
 from ddpimg.train.tasks.gpt import SIZES
-from ddpimg.train.tasks.gpt.task import synthetic_sequences
+from ddpimg.train.tasks.gpt.data import synthetic_sequences
+from ddpimg.train.tasks.gpt.model import Gpt
 
 
 class TokenWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):

@@ -25,7 +25,7 @@ from common import SameOrderSampler, device_ids, report, seed_everything, setup
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from ddpimg.train.images import IMAGENET_CLASSES, synthetic_imagenet
+from ddpimg.train.tasks.resnet.synthetic import IMAGENET_CLASSES, synthetic_imagenet
 
 
 class Images(Dataset[tuple[torch.Tensor, torch.Tensor]]):

@@ -13,6 +13,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddpimg.imagenames import image_names
+
 from .session import Session
 
 CONTAINERS = Path("containers")
@@ -46,7 +48,7 @@ class Lock:
     # must not be newer than torch's CUDA: the NVIDIA container runtime refuses to start an
     # image whose NVIDIA_REQUIRE_CUDA the host's driver does not meet.
     gpu_base: str | None = None
-    tag_suffix: str = ""  # the default tag is ddpimg:FLAVOUR + this
+    tag_suffix: str = ""  # "-VARIANT": ddpimg.imagenames names the images of that variant
     # The one platform the lock is resolved for (uv's --python-platform), at LOCK_PYTHON: its
     # pins hold there and for the newer Pythons of the bases. None: universal (x86-64 and
     # aarch64, every Python from LOCK_PYTHON on, with markers). Either way each pin's hashes
@@ -91,9 +93,14 @@ def lock_file(name: str) -> Path:
     return LOCK_DIR / f"{name}.txt"
 
 
+def variant(lock: str) -> str:
+    """The image variant of ``lock`` (``cu128``; ``""`` for the default build)."""
+    return LOCKS[lock].tag_suffix.removeprefix("-")
+
+
 def default_tag(flavour: str, lock: str) -> str:
     """ddpimg:FLAVOUR, plus the lock's suffix (ddpimg:gpu-cu128)."""
-    return f"ddpimg:{flavour}{LOCKS[lock].tag_suffix}"
+    return image_names(flavour, variant(lock)).tag
 
 
 def missing_lock(name: str) -> str | None:

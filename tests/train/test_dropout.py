@@ -3,7 +3,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddpimg.train.dropout import BatchPosition, DropoutContext, GlobalBatchDropout
+from ddpimg.train.dropout import (
+    BatchPosition,
+    DropoutContext,
+    GlobalBatchDropout,
+    GlobalStochasticDepth,
+)
 
 
 def dropped(
@@ -61,7 +66,7 @@ def test_eval_mode_is_identity_without_a_position() -> None:
 
 def test_training_without_position_is_an_error() -> None:
     layer = GlobalBatchDropout(0.5, 0, DropoutContext(1))
-    with pytest.raises(RuntimeError, match="before a batch position"):
+    with pytest.raises(RuntimeError, match="ran in training mode before a position"):
         layer(torch.ones(2, 2))
 
 
@@ -74,3 +79,34 @@ def test_slice_beyond_the_global_batch_is_an_error() -> None:
 def test_probability_must_be_below_one(p: float) -> None:
     with pytest.raises(ValueError, match=r"dropout probability must be in \[0, 1\)"):
         GlobalBatchDropout(p, 0, DropoutContext(1))
+
+
+def depth(x: torch.Tensor, p: float, mode: str, *, offset: int, global_batch: int) -> torch.Tensor:
+    context = DropoutContext(5)
+    context.position = BatchPosition(2, offset, global_batch)
+    out: torch.Tensor = GlobalStochasticDepth(p, mode, 1, context)(x)
+    return out
+
+
+def test_stochastic_depth_drops_whole_samples_the_same_on_any_split() -> None:
+    x = torch.ones(16, 3, 2, 2)
+    single = depth(x, 0.5, "row", offset=0, global_batch=16)
+    per_sample = single.flatten(1)
+    assert all(len(torch.unique(row)) == 1 for row in per_sample)
+    assert set(torch.unique(single).tolist()) == {0.0, 2.0}
+    halves = [depth(x[:8], 0.5, "row", offset=o, global_batch=16) for o in (0, 8)]
+    assert torch.equal(torch.cat(halves), single)
+
+
+def test_batch_mode_drops_all_or_nothing_on_every_rank() -> None:
+    x = torch.ones(4, 2)
+    outcomes = {float(depth(x, 0.5, "batch", offset=o, global_batch=8).sum()) for o in (0, 4)}
+    assert len(outcomes) == 1
+    assert outcomes <= {0.0, 16.0}
+
+
+def test_stochastic_depth_is_off_in_evaluation() -> None:
+    layer = GlobalStochasticDepth(0.9, "row", 1, DropoutContext(1))
+    layer.eval()
+    x = torch.randn(3, 2)
+    assert layer(x) is x

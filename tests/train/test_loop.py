@@ -15,10 +15,10 @@ import torch
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
-from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.loop import Summary, evaluate, train
+from ddpimg.train.loop import Summary, Trainer, train
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
+from ddpimg.train.sharding import EvalShard
 from ddpimg.train.strategies.ddp import DdpStrategy
 from ddpimg.train.tasks.mnist.task import MnistTask
 
@@ -122,12 +122,11 @@ def test_evaluate_matches_an_unsharded_computation(
 ) -> None:
     config = make_config(eval_samples=1500)
     task = MnistTask(config, ctx)
-    _, eval_set = task.load()
-    torch.manual_seed(0)
-    model = task.build_model(DropoutContext(1))
-    loss, accuracy = evaluate(model, task, eval_set, ctx, torch.no_grad)
+    trainer = Trainer(config, ctx, task, DdpStrategy(config, ctx), None)
+    loss, accuracy = trainer.evaluate()
+    model = trainer.model
     with torch.no_grad():
-        inputs, targets = eval_set.batch(slice(0, 1500))
+        inputs, targets = MnistTask(config, ctx).datasets()[1].batch(torch.arange(1500))
         output = model(inputs)
         expected_loss = task.loss(output, targets).double().mean().item()
         expected_accuracy = task.correct(output, targets).item() / 1500
@@ -140,12 +139,23 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
     ctx: DistContext, make_config: Callable[..., TrainConfig]
 ) -> None:
     # Rank 0 of 4 gets none of 2 samples but must run the same number of (empty) forwards.
+    # Alone in its process group, it counts the 0 samples it saw: the check that the ranks
+    # evaluated the whole set, each sample once, catches it.
     config = make_config(eval_samples=2)
-    task = MnistTask(config, ctx)
-    _, eval_set = task.load()
-    model = task.build_model(DropoutContext(1))
     rank0_of_4 = replace(ctx, world_size=4)
-    assert evaluate(model, task, eval_set, rank0_of_4, torch.no_grad) == (0.0, 0.0)
+    task = MnistTask(config, rank0_of_4)
+    trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None)
+    assert [where.stop - where.start for where in EvalShard(2, 1000, 0, 4).plan().slices] == [0]
+    with pytest.raises(RuntimeError, match=r"^the ranks evaluated 0 samples of a set of 2$"):
+        trainer.evaluate()
+
+
+def test_eval_lines_count_the_samples(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    _, lines = run(make_config(eval_samples=37, max_steps=2), ctx)
+    evaluations = [line for line in lines if line["kind"] == "eval"]
+    assert [(line["samples"], line["epoch"]) for line in evaluations] == [(37, 1)]
 
 
 @pytest.mark.parametrize(("warmup", "counted"), [(0, True), (4, True), (5, False)])

@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot`` and ``train`` (== ``ddpimg train``).
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data`` and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sbatch_cmd",
     ),
     "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
+    "data": ("prepare datasets: pack an image tree into shards, index a dataset", "data_cmd"),
 }
 
 

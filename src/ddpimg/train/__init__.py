@@ -31,24 +31,28 @@ def run_training(
     from ddpimg import exitcodes
     from ddpimg.train import startup
     from ddpimg.train.checkpoint import resolve_resume
-    from ddpimg.train.loop import train
+    from ddpimg.train.loop import Trainer
     from ddpimg.train.outputs import RunRecorder
+    from ddpimg.train.pairing import check_pairing
     from ddpimg.train.preemption import Preempted
     from ddpimg.train.strategies import strategy_for
     from ddpimg.train.tasks import trainer_for
 
     trainer = trainer_for(config)
+    strategy_spec = strategy_for(config)
+    check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
     task = trainer.factory(config, ctx)
-    strategy = strategy_for(config).factory(config, ctx)
+    strategy = strategy_spec.factory(config, ctx)
     resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
     recorder = (
         RunRecorder.start(config, ctx, os.environ, sys.stderr, resume) if ctx.is_main else None
     )
     startup.mark("setup")
     try:
-        summary = train(config, ctx, task, strategy, recorder, resume=resume, preemption=preemption)
+        run = Trainer(config, ctx, task, strategy, recorder, resume=resume, preemption=preemption)
+        summary = run.run()
     except Preempted as stop:
         if recorder is not None:
             print(

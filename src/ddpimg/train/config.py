@@ -51,6 +51,8 @@ class TrainConfig:
     arch: str | None = None
     image_size: int | None = None
     sync_batchnorm: bool | None = None
+    workers: int | None = None
+    bad_samples: str | None = None
     size: str | None = None
     seq_len: int | None = None
     gpus_per_replica: int | None = None

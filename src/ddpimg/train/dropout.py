@@ -1,4 +1,5 @@
-"""Dropout whose masks do not depend on how the global batch is split over ranks.
+"""Dropout and stochastic depth whose masks do not depend on how the global batch is split
+over ranks.
 
 ``torch.nn.Dropout`` draws from the rank's own RNG stream, so 1 process and N processes drop
 different units and their losses part ways. ``GlobalBatchDropout`` instead draws the mask of
@@ -6,6 +7,9 @@ the whole global batch from a generator seeded by (seed, step, layer) and applie
 of this rank's slice: the same sample at the same step gets the same mask on any topology.
 Every rank draws the full global mask (cheap next to the forward pass for the bundled
 trainers, and it is what makes the result independent of the split).
+``GlobalStochasticDepth`` does the same for torchvision's ``StochasticDepth`` (a residual
+branch dropped per sample, or for the whole batch), which ConvNeXt, EfficientNet, Swin and
+others use.
 """
 
 from __future__ import annotations
@@ -54,20 +58,67 @@ class GlobalBatchDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
-        position = self.context.position
-        if position is None:
-            raise RuntimeError("GlobalBatchDropout ran in training mode before a batch position")
-        rows = x.shape[0]
-        if position.offset + rows > position.global_batch:
-            raise RuntimeError(
-                f"rows {position.offset}..{position.offset + rows} are outside the global "
-                f"batch of {position.global_batch}"
-            )
-        generator = torch.Generator(device=x.device)
-        generator.manual_seed(derive_seed(self.context.seed, "dropout", position.step, self.layer))
-        # rand + compare rather than bernoulli_: its stream is the same for every dtype.
-        draws = torch.rand(
-            (position.global_batch, *x.shape[1:]), generator=generator, device=x.device
-        )
-        keep = draws[position.offset : position.offset + rows] >= self.p
+        keep = rank_draws(self.context, self.layer, x, x.shape[1:]) >= self.p
         return x * keep.to(x.dtype) / (1 - self.p)
+
+
+class GlobalStochasticDepth(nn.Module):
+    """torchvision's ``StochasticDepth(p, mode)``: in ``row`` mode each sample's input is
+    zeroed with probability ``p``, in ``batch`` mode the whole batch's; survivors are scaled
+    by 1 / (1 - p)."""
+
+    def __init__(self, p: float, mode: str, layer: int, context: DropoutContext) -> None:
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise ValueError(f"drop probability must be in [0, 1], got {p}")
+        if mode not in ("row", "batch"):
+            raise ValueError(f"mode must be 'row' or 'batch', got {mode!r}")
+        self.p = p
+        self.mode = mode
+        self.layer = layer
+        self.context = context
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, mode={self.mode}, layer={self.layer}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        ones = (1,) * (x.dim() - 1)
+        if self.mode == "row":
+            draws = rank_draws(self.context, self.layer, x, ones)
+        else:
+            draws = _generated(self.context, self.layer, x.device, (1, *ones))
+        keep = (draws >= self.p).to(x.dtype)
+        survival = 1.0 - self.p
+        return x * (keep / survival if survival > 0 else keep)
+
+
+def rank_draws(
+    context: DropoutContext, layer: int, x: torch.Tensor, tail: tuple[int, ...] | torch.Size
+) -> torch.Tensor:
+    """Uniform draws of shape (global batch, *tail) for ``layer`` at the current step, cut to
+    this rank's rows of ``x`` (its first dimension)."""
+    position = context.position
+    if position is None:
+        raise RuntimeError("a global-batch random layer ran in training mode before a position")
+    rows = x.shape[0]
+    if position.offset + rows > position.global_batch:
+        raise RuntimeError(
+            f"rows {position.offset}..{position.offset + rows} are outside the global "
+            f"batch of {position.global_batch}"
+        )
+    draws = _generated(context, layer, x.device, (position.global_batch, *tail))
+    return draws[position.offset : position.offset + rows]
+
+
+def _generated(
+    context: DropoutContext, layer: int, device: torch.device, shape: tuple[int, ...]
+) -> torch.Tensor:
+    position = context.position
+    if position is None:
+        raise RuntimeError("a global-batch random layer ran in training mode before a position")
+    generator = torch.Generator(device=device)
+    generator.manual_seed(derive_seed(context.seed, "dropout", position.step, layer))
+    # rand + compare rather than bernoulli_: its stream is the same for every dtype.
+    return torch.rand(shape, generator=generator, device=device)

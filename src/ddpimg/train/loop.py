@@ -1,27 +1,37 @@
-"""The training loop, written once for every trainer and strategy.
+"""The training loop, written once for every trainer and strategy: a ``Trainer`` object
+that owns the run's state (model, optimizer, schedule, checkpoints, the data position) and
+takes it forward step by step.
 
-Per step: this rank's slice of the global batch, forward (with GlobalBatchDropout told where
-the slice sits), mean loss over the slice, backward and optimizer step through the
-strategy. The loss that is reported is the mean over the whole global batch: the ranks'
-sums of per-sample losses, all-reduced, over the global batch size. That reduction, and
-with it the only host synchronisation of the step, happens at log points only.
+Per step: this rank's slice of the global batch (``BatchPlan``: the rows follow from (seed,
+epoch, step) alone), forward (with GlobalBatchDropout told where the slice sits), mean loss
+over the slice, backward and optimizer step through the strategy. The loss that is
+reported is the mean over the whole global batch: the ranks' sums of per-sample losses,
+all-reduced, over the global batch size. That reduction, and with it the only host
+synchronisation of the step, happens at log points only.
 
 After each epoch: a sharded evaluation whose loss and correct-prediction sums are
-all-reduced, so the mean loss and accuracy are those of the whole evaluation set. With
-``--max-steps`` the loop stops at that step and still evaluates the current epoch.
+all-reduced, so the mean loss and accuracy are those of the whole evaluation set; then the
+learning-rate schedule steps and a checkpoint is written.
+
+``--max-steps`` stops the run at that step. When it falls inside an epoch, the checkpoint
+written there keeps the position inside that epoch (its evaluation and schedule step are
+still to come), and then the current model is evaluated and reported: a later run with a
+larger ``--max-steps`` continues exactly where this one stopped, as if never interrupted.
 
 Checkpoints (``ddpimg.train.checkpoint``): after every epoch, every ``--checkpoint-every``
-steps, and when the ranks agree on a preemption signal (then ``Preempted`` is raised). A
-resumed run starts at the checkpoint's position (epoch, steps done in it, whether its
-evaluation was done) and goes on exactly as the uninterrupted run would have.
+steps, at a ``--max-steps`` stop and when the ranks agree on a preemption signal (then
+``Preempted`` is raised). A resumed run starts at the checkpoint's position and loads only
+the batches from there on: the data position is (epoch, step in the epoch), from which
+every rank computes its rows directly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,15 +50,13 @@ from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
 from ddpimg.train.tasks import epoch_schedule
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.preemption import PreemptionWatch
     from ddpimg.train.strategies.base import Strategy
-    from ddpimg.train.tasks.base import Dataset, Task
+    from ddpimg.train.tasks.base import Task
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,8 @@ class Summary:
     wall time of the loop, evaluations included; ``samples_per_s`` counts training time
     only; ``steady_samples_per_s`` also leaves out the first ``--warmup-steps`` steps (None
     when the run was not longer), and ``throughput`` holds the task's rates derived from it
-    (images/s, tokens/s, MFU), written as fields of their own."""
+    (images/s, tokens/s, MFU), written as fields of their own. ``skipped_samples``: samples
+    replaced because they could not be read, over all ranks (``--bad-samples skip``)."""
 
     steps: int
     epochs: int
@@ -70,12 +79,256 @@ class Summary:
     global_batch_size: int
     steps_per_epoch: int
     steady_samples_per_s: float | None = None
+    skipped_samples: int = 0
     throughput: dict[str, float | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         del record["throughput"]
         return record | self.throughput
+
+
+class Trainer:
+    """One run: ``Trainer(...).run()`` trains ``task`` with ``strategy`` from the start or
+    from ``resume``. ``recorder`` is rank 0's (None elsewhere); ``preemption`` stops the run
+    after a checkpoint (``Preempted``) once all ranks agree on a signal."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        ctx: DistContext,
+        task: Task,
+        strategy: Strategy,
+        recorder: RunRecorder | None,
+        *,
+        resume: Resume | None = None,
+        preemption: PreemptionWatch | None = None,
+    ) -> None:
+        self.config, self.ctx, self.task, self.strategy = config, ctx, task, strategy
+        self.recorder, self.preemption = recorder, preemption
+        configure_reproducibility(config.seed, config.deterministic, ctx.device, os.environ)
+        self.train_set, self.eval_set = task.datasets()
+        if recorder is not None:
+            recorder.manifest["data"] = task.data_facts()
+        startup.mark("data")
+        self.shard = TrainShard(
+            len(self.train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
+        )
+        if self.shard.steps_per_epoch == 0:
+            raise DataError(
+                f"{len(self.train_set)} training samples do not fill one global batch of "
+                f"{self.shard.global_batch} ({self.shard.per_rank} per rank x "
+                f"{ctx.world_size} ranks)",
+                hint="lower --batch-size / --global-batch-size, or raise --train-samples",
+            )
+        self.total_steps = config.epochs * self.shard.steps_per_epoch
+        if config.max_steps:
+            self.total_steps = min(self.total_steps, config.max_steps)
+
+        self.dropout = DropoutContext(config.seed)
+        self.model = strategy.wrap(task.build_model(self.dropout), task.make_optimizer)
+        self.scheduler = epoch_schedule(config, strategy.optimizer)
+        self.checkpoints = Checkpointer(config, ctx, strategy, self.scheduler, recorder)
+        start = self.checkpoints.restore(resume)
+        startup.mark("model")
+
+        self._half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        # The position: ``index`` steps done in ``epoch``; ``epoch_done``: its evaluation and
+        # schedule step too. With the seed it decides every rank's next rows.
+        self.step, self.epoch, self.index = start.step, start.epoch, start.index
+        self.epoch_done = start.epoch_done
+        self.eval_loss, self.eval_accuracy = start.eval_loss, start.eval_accuracy
+        self.clock = _Clock(start.elapsed_s, start.excluded_s, start.step * self.global_batch)
+        self._warm_until = self.step + config.warmup_steps
+        self._first_step = self.step + 1
+        self._local_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        # A resumed run that trains no further step reports the checkpoint's last loss.
+        self._logged: tuple[int, float] | None = (self.step, start.last_loss) if self.step else None
+
+    @property
+    def global_batch(self) -> int:
+        return self.shard.global_batch
+
+    def run(self) -> Summary:
+        """Train to ``--epochs`` / ``--max-steps``; the summary of the whole run."""
+        if self.recorder is not None:
+            self.recorder.begin(self.total_steps)
+        while not (self.epoch_done and self.step >= self.total_steps):
+            if self.epoch_done:
+                self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
+            stop = min(self.shard.steps_per_epoch, self.index + self.total_steps - self.step)
+            self.train_epoch(stop)
+            if self.index < self.shard.steps_per_epoch:
+                self.stop_inside_epoch()
+                break
+            self.end_epoch()
+        return self.summary()
+
+    def train_epoch(self, stop: int) -> None:
+        """Train the current epoch from step ``index`` up to step ``stop`` of it."""
+        self.model.train()
+        order = epoch_order(len(self.train_set), self.config.seed, self.epoch)
+        batches = self.train_set.batches(self.shard.plan(order, self.epoch, self.index, stop))
+        with contextlib.closing(batches):
+            for inputs, targets in batches:
+                self.train_step(inputs, targets)
+                self.after_step(epoch_end=self.index == stop)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """One optimizer step on this rank's slice of the global batch."""
+        if self.step == self._warm_until:
+            # Throughput after warm-up (allocator growth, cuDNN autotuning) is counted from
+            # here: the one host synchronisation outside log points.
+            _synchronize(self.ctx.device)
+            self.clock.start_steady(self.step * self.global_batch)
+        self.step, self.index = self.step + 1, self.index + 1
+        first = self.step == self._first_step
+        self.dropout.position = BatchPosition(self.step, self.shard.offset, self.global_batch)
+        rng_before = _global_rng_state(self.ctx.device) if first else None
+        with self.autocast():
+            output = self.model(inputs)
+        losses = self.task.loss(output, targets)
+        self.strategy.backward(losses.mean())
+        self.strategy.step()
+        self.strategy.zero_grad()
+        self._local_sum = losses.detach().double().sum()
+        if first:
+            _synchronize(self.ctx.device)  # once: the first step's end, not its launch
+            startup.mark("first_step")
+            self._warn_if_rank_random(rng_before)
+            if self.recorder is not None:
+                report = startup.startup_report(startup.marks(), startup.process_start_time())
+                self.recorder.startup(report)
+
+    def after_step(self, *, epoch_end: bool) -> None:
+        """Logging, periodic checkpoints and the preemption check after a step;
+        ``epoch_end``: it was the last step this epoch trains."""
+        config, recorder = self.config, self.recorder
+        if self.step % config.log_every == 0:
+            self._logged = (self.step, _global_mean(self._local_sum, self.global_batch))
+            rate = self.clock.samples_per_s(self.step * self.global_batch)
+            if recorder is not None:
+                extra = self.task.throughput(rate, self.ctx.world_size)
+                recorder.train(
+                    self.epoch, self.step, self._logged[1], rate, self.clock.elapsed(), extra=extra
+                )
+        if recorder is not None:
+            recorder.step(self.step, self.epoch)
+        if self.checkpoints.due(self.step):
+            self.save("interval")
+        preemption = self.preemption
+        if preemption is not None and preemption.agreed(self.step, self.ctx.device, epoch_end):
+            raise Preempted(preemption.received or "a signal", self.step, self.save("preempted"))
+
+    def end_epoch(self) -> None:
+        """The epoch's evaluation, schedule step and checkpoint."""
+        _synchronize(self.ctx.device)
+        with self.clock.excluded():
+            self.evaluate_and_report()
+            self.scheduler.step()
+        self.epoch_done = True
+        self.save("epoch")
+
+    def stop_inside_epoch(self) -> None:
+        """``--max-steps`` ended the run inside an epoch: checkpoint the position as it is
+        (the epoch still to finish), then evaluate the model trained so far."""
+        self.save("max_steps")
+        _synchronize(self.ctx.device)
+        with self.clock.excluded():
+            self.evaluate_and_report()
+
+    def evaluate_and_report(self) -> None:
+        self.eval_loss, self.eval_accuracy = self.evaluate()
+        if self.recorder is not None:
+            self.recorder.eval(
+                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set)
+            )
+
+    def evaluate(self) -> tuple[float, float]:
+        """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;
+        the samples evaluated are counted too, and must be the set, each sample once."""
+        self.model.eval()
+        ctx = self.ctx
+        size = len(self.eval_set)
+        shard = EvalShard(size, self.task.eval_batch_size, ctx.rank, ctx.world_size)
+        totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+        batches = self.eval_set.batches(shard.plan())
+        with torch.no_grad(), contextlib.closing(batches):
+            for inputs, targets in batches:
+                with self.autocast():
+                    output = self.model(inputs)
+                totals[0] += self.task.loss(output, targets).double().sum()
+                totals[1] += self.task.correct(output, targets)
+                totals[2] += len(targets)
+        dist.all_reduce(totals)
+        loss_sum, correct, counted = totals.tolist()
+        if counted != size:
+            raise RuntimeError(f"the ranks evaluated {counted:.0f} samples of a set of {size}")
+        return loss_sum / size, correct / size
+
+    def save(self, reason: str) -> Path:
+        """Checkpoint the current position (collective)."""
+        with self.clock.excluded():
+            state = LoopState(
+                self.step, self.epoch, self.index, self.epoch_done, self.last_loss(),
+                self.eval_loss, self.eval_accuracy, self.clock.elapsed(), self.clock.excluded_s,
+            )  # fmt: skip
+            return self.checkpoints.save(state, reason)
+
+    def last_loss(self) -> float:
+        """The global mean loss of the latest step: an all-reduce unless it was logged."""
+        logged = self._logged
+        if logged is not None and logged[0] == self.step:
+            return logged[1]
+        return _global_mean(self._local_sum, self.global_batch)
+
+    def summary(self) -> Summary:
+        """The run's totals (collective: the last loss and the skipped samples are reduced)."""
+        final_loss = self.last_loss()
+        skipped = torch.tensor(
+            self.train_set.skipped() + self.eval_set.skipped(), device=self.ctx.device
+        )
+        dist.all_reduce(skipped)
+        samples = self.step * self.global_batch
+        steady = self.clock.steady_samples_per_s(samples)
+        return Summary(
+            steps=self.step,
+            epochs=self.epoch,
+            final_loss=final_loss,
+            eval_loss=self.eval_loss,
+            eval_accuracy=self.eval_accuracy,
+            elapsed_s=self.clock.elapsed(),
+            samples_per_s=self.clock.overall_samples_per_s(samples),
+            world_size=self.ctx.world_size,
+            global_batch_size=self.global_batch,
+            steps_per_epoch=self.shard.steps_per_epoch,
+            steady_samples_per_s=steady,
+            skipped_samples=int(skipped.item()),
+            throughput={} if steady is None else self.task.throughput(steady, self.ctx.world_size),
+        )
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self._half is not None:
+            return torch.autocast(self.ctx.device.type, dtype=self._half)
+        return contextlib.nullcontext()
+
+    def _warn_if_rank_random(self, before: list[torch.Tensor] | None) -> None:
+        """Warn (rank 0) when the first step drew from torch's global generators: a layer
+        that does (e.g. a functional dropout) draws from each rank's own stream, so the loss
+        trajectory then depends on the number of processes."""
+        if before is None or self.recorder is None:
+            return
+        after = _global_rng_state(self.ctx.device)
+        if all(torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+            return
+        print(
+            f"ddpimg: warning: the {self.config.trainer} model drew from torch's global random "
+            "generator in a training step (a random layer ddpimg does not replace with a "
+            "per-sample one): its loss trajectory depends on the number of processes",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.recorder.manifest["rank_dependent_randomness"] = True
 
 
 def train(
@@ -88,138 +341,10 @@ def train(
     resume: Resume | None = None,
     preemption: PreemptionWatch | None = None,
 ) -> Summary:
-    """Train ``task`` with ``strategy``; ``recorder`` is rank 0's (None elsewhere).
-
-    ``resume``: continue from that checkpoint. ``preemption``: stop when it says all ranks
-    agree, after a checkpoint, by raising ``Preempted``. Checkpoints are written after every
-    epoch and every ``--checkpoint-every`` steps.
-    """
-    device = ctx.device
-    configure_reproducibility(config.seed, config.deterministic, device, os.environ)
-    train_set, eval_set = task.load()
-    startup.mark("data")
-    shard = TrainShard(
-        len(train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
-    )
-    if shard.steps_per_epoch == 0:
-        raise DataError(
-            f"{len(train_set)} training samples do not fill one global batch of "
-            f"{shard.global_batch} ({shard.per_rank} per rank x {ctx.world_size} ranks)",
-            hint="lower --batch-size / --global-batch-size, or raise --train-samples",
-        )
-    total_steps = config.epochs * shard.steps_per_epoch
-    if config.max_steps:
-        total_steps = min(total_steps, config.max_steps)
-
-    dropout = DropoutContext(config.seed)
-    model = task.build_model(dropout)
-    optimizer = task.make_optimizer(model)
-    wrapped = strategy.wrap(model, optimizer)
-    scheduler = epoch_schedule(config, optimizer)
-    checkpoints = Checkpointer(config, ctx, strategy, scheduler, recorder)
-    start = checkpoints.restore(resume)
-    startup.mark("model")
-
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
-
-    def autocast() -> contextlib.AbstractContextManager[Any]:
-        if half is not None:
-            return torch.autocast(device.type, dtype=half)
-        return contextlib.nullcontext()
-
-    if recorder is not None:
-        recorder.begin(total_steps)
-    clock = _Clock(start.elapsed_s, start.excluded_s, start.step * shard.global_batch)
-    # ``done``: steps done in ``epoch``; ``epoch_done``: its evaluation too.
-    step, epoch, done, epoch_done = start.step, start.epoch, start.index, start.epoch_done
-    warm_until = step + config.warmup_steps
-    first_step = step + 1
-    process_started = startup.process_start_time()
-    local_sum = torch.zeros((), dtype=torch.float64, device=device)
-    # A resumed run that trains no further step reports the checkpoint's last loss.
-    logged: tuple[int, float] | None = (step, start.last_loss) if step else None
-    eval_loss, eval_accuracy = start.eval_loss, start.eval_accuracy
-
-    def last_loss() -> float:
-        """The global mean loss of the latest step: an all-reduce unless it was logged."""
-        latest = logged
-        if latest is not None and latest[0] == step:
-            return latest[1]
-        return _global_mean(local_sum, shard.global_batch)
-
-    def save(reason: str) -> Path:
-        with clock.excluded():
-            state = LoopState(
-                step, epoch, done, epoch_done, last_loss(), eval_loss, eval_accuracy,
-                clock.elapsed(), clock.excluded_s,
-            )  # fmt: skip
-            return checkpoints.save(state, reason)
-
-    while not (epoch_done and step >= total_steps):
-        if epoch_done:
-            epoch, done, epoch_done = epoch + 1, 0, False
-        wrapped.train()
-        order = epoch_order(len(train_set), config.seed, epoch).to(device)
-        stop = min(shard.steps_per_epoch, done + total_steps - step)
-        while done < stop:
-            if step == warm_until:
-                # Throughput after warm-up (allocator growth, cuDNN autotuning) is counted
-                # from here: the one host synchronisation outside log points.
-                _synchronize(device)
-                clock.start_steady(step * shard.global_batch)
-            inputs, targets = train_set.batch(shard.rows(order, done))
-            step, done = step + 1, done + 1
-            dropout.position = BatchPosition(step, shard.offset, shard.global_batch)
-            with autocast():
-                output = wrapped(inputs)
-            losses = task.loss(output, targets)
-            strategy.backward(losses.mean())
-            strategy.step()
-            strategy.zero_grad()
-            local_sum = losses.detach().double().sum()
-            if step == first_step:
-                _synchronize(device)  # once: the first step's end, not its launch
-                startup.mark("first_step")
-                if recorder is not None:
-                    recorder.startup(startup.startup_report(startup.marks(), process_started))
-            if step % config.log_every == 0:
-                logged = (step, _global_mean(local_sum, shard.global_batch))
-                rate = clock.samples_per_s(step * shard.global_batch)
-                if recorder is not None:
-                    extra = task.throughput(rate, ctx.world_size)
-                    recorder.train(epoch, step, logged[1], rate, clock.elapsed(), extra=extra)
-            if recorder is not None:
-                recorder.step(step, epoch)
-            if checkpoints.due(step):
-                save("interval")
-            if preemption is not None and preemption.agreed(step, device, done == stop):
-                raise Preempted(preemption.received or "a signal", step, save("preempted"))
-
-        _synchronize(device)
-        with clock.excluded():
-            eval_loss, eval_accuracy = evaluate(wrapped, task, eval_set, ctx, autocast)
-            if recorder is not None:
-                recorder.eval(epoch, eval_loss, eval_accuracy)
-            scheduler.step()
-        epoch_done = True
-        save("epoch")
-
-    final_loss = last_loss()
-    steady = clock.steady_samples_per_s(step * shard.global_batch)
-    return Summary(
-        steps=step,
-        epochs=epoch,
-        final_loss=final_loss,
-        eval_loss=eval_loss,
-        eval_accuracy=eval_accuracy,
-        elapsed_s=clock.elapsed(),
-        samples_per_s=clock.overall_samples_per_s(step * shard.global_batch),
-        world_size=ctx.world_size,
-        global_batch_size=shard.global_batch,
-        steps_per_epoch=shard.steps_per_epoch,
-        steady_samples_per_s=steady,
-        throughput={} if steady is None else task.throughput(steady, ctx.world_size),
-    )
+    """Train ``task`` with ``strategy`` (see ``Trainer``); the run's summary."""
+    return Trainer(
+        config, ctx, task, strategy, recorder, resume=resume, preemption=preemption
+    ).run()
 
 
 class _Clock:
@@ -271,27 +396,12 @@ class _Clock:
             self._mark_time += spent
 
 
-def evaluate(
-    model: nn.Module,
-    task: Task,
-    eval_set: Dataset,
-    ctx: DistContext,
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
-) -> tuple[float, float]:
-    """Mean loss and accuracy over the whole evaluation set, each rank doing its shard."""
-    model.eval()
-    shard = EvalShard(len(eval_set), task.eval_batch_size, ctx.rank, ctx.world_size)
-    totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
-    with torch.no_grad():
-        for rows in shard.batches():
-            inputs, targets = eval_set.batch(slice(rows.start, rows.stop))
-            with autocast():
-                output = model(inputs)
-            totals[0] += task.loss(output, targets).double().sum()
-            totals[1] += task.correct(output, targets)
-    dist.all_reduce(totals)
-    loss_sum, correct = totals.tolist()
-    return loss_sum / len(eval_set), correct / len(eval_set)
+def _global_rng_state(device: torch.device) -> list[torch.Tensor]:
+    """torch's global generator states that a training step could draw from."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
 
 
 def _global_mean(local_sum: torch.Tensor, global_batch: int) -> float:

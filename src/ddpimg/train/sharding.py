@@ -7,7 +7,12 @@ So the union of the rank slices of a step is the single-process batch of that st
 
 Evaluation: rank r takes a contiguous shard (sizes differ by at most one); every rank runs
 the same number of batches, some possibly empty, so collectives inside a wrapped model's
-forward (ZeRO-3 gathers) stay matched.
+forward (ZeRO-3 gathers) stay matched. No sample is repeated to pad a shard (as
+DistributedSampler does): every sample is evaluated exactly once over all ranks.
+
+A ``BatchPlan`` is what a dataset is handed: the batches one rank loads next, as slices of an
+order. Since the rows of any step follow from (seed, epoch, step) alone, a resumed run seeks
+to its step by starting the plan there; nothing is replayed.
 """
 
 from __future__ import annotations
@@ -48,10 +53,18 @@ class TrainShard:
     def steps_per_epoch(self) -> int:
         return self.num_samples // self.global_batch
 
+    def positions(self, step_in_epoch: int) -> slice:
+        """Where this rank's rows of ``step_in_epoch`` (from 0) sit in the epoch's order."""
+        start = step_in_epoch * self.global_batch + self.offset
+        return slice(start, start + self.per_rank)
+
     def rows(self, order: torch.Tensor, step_in_epoch: int) -> torch.Tensor:
         """The sample indices this rank trains on at ``step_in_epoch`` (from 0)."""
-        start = step_in_epoch * self.global_batch + self.offset
-        return order[start : start + self.per_rank]
+        return order[self.positions(step_in_epoch)]
+
+    def plan(self, order: torch.Tensor, epoch: int, start: int, stop: int) -> BatchPlan:
+        """This rank's batches of steps ``start`` to ``stop`` (exclusive) of ``epoch``."""
+        return BatchPlan(epoch, order, tuple(self.positions(i) for i in range(start, stop)))
 
 
 @dataclass(frozen=True)
@@ -86,3 +99,27 @@ class EvalShard:
             )
             for i in range(self.num_batches)
         ]
+
+    def plan(self) -> BatchPlan:
+        """This rank's evaluation batches, in sample order."""
+        order = torch.arange(self.num_samples)
+        return BatchPlan(None, order, tuple(slice(r.start, r.stop) for r in self.batches()))
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The batches one rank loads next: batch i holds the samples ``order[slices[i]]``.
+    ``epoch`` (from 1) says which training epoch they belong to, for per-sample random
+    draws (augmentation); None for evaluation, which draws nothing. ``order`` is an int64
+    tensor on the CPU."""
+
+    epoch: int | None
+    order: torch.Tensor
+    slices: tuple[slice, ...]
+
+    def __len__(self) -> int:
+        return len(self.slices)
+
+    def rows(self, batch: int) -> torch.Tensor:
+        """The sample indices of batch ``batch`` (from 0)."""
+        return self.order[self.slices[batch]]

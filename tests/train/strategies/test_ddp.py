@@ -2,15 +2,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import socket
-import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -21,22 +16,20 @@ from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.base import Strategy
 from ddpimg.train.strategies.ddp import DdpStrategy
 from tests.train.contexts import single_process
-
-TWO_RANKS_TIMEOUT_S = 120.0
+from tests.train.ranks import run_ranks
 
 
 def test_one_rank_trains_the_bare_module(ctx: DistContext) -> None:
     model = torch.nn.Linear(3, 2)
     strategy = STRATEGIES["ddp"].factory(TrainConfig(), ctx)
-    assert strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1)) is model
+    assert strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1)) is model
 
 
 def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
     model = torch.nn.Linear(3, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     # The context of a 2-rank run; DDP itself uses this process's 1-rank group.
     strategy = STRATEGIES["ddp"].factory(TrainConfig(), dataclasses.replace(ctx, world_size=2))
-    wrapped = strategy.wrap(model, optimizer)
+    wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     assert isinstance(wrapped, DistributedDataParallel)
     assert wrapped.device_ids is None
     before = model.weight.detach().clone()
@@ -52,7 +45,7 @@ def trained_linear(ctx: DistContext, size: int) -> tuple[Strategy, nn.Module, nn
     """A DDP-wrapped linear layer after one Adam step: strategy, wrapped and bare module."""
     model = nn.Linear(size, 2)
     strategy = STRATEGIES["ddp"].factory(TrainConfig(), dataclasses.replace(ctx, world_size=2))
-    wrapped = strategy.wrap(model, torch.optim.Adam(model.parameters(), lr=0.1))
+    wrapped = strategy.wrap(model, lambda m: torch.optim.Adam(m.parameters(), lr=0.1))
     strategy.backward(wrapped(torch.ones(4, size)).sum())
     strategy.step()
     return strategy, wrapped, model
@@ -84,7 +77,7 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
 def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path) -> None:
     model = nn.Linear(3, 2)
     strategy = STRATEGIES["ddp"].factory(TrainConfig(precision="fp16"), ctx)
-    wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     before = model.weight.detach().clone()
     # Gradients that overflowed: the step is skipped and the scale halved.
     strategy.backward(wrapped(torch.ones(4, 3)).sum() * math.inf)
@@ -94,7 +87,7 @@ def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path
     assert torch.load(tmp_path / "model.pt", weights_only=True)["scaler"]["scale"] == 2.0**15
     restored_model = nn.Linear(3, 2)
     restored = STRATEGIES["ddp"].factory(TrainConfig(precision="fp16"), ctx)
-    restored.wrap(restored_model, torch.optim.SGD(restored_model.parameters(), lr=0.1))
+    restored.wrap(restored_model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     restored.load(tmp_path)
     assert isinstance(restored, DdpStrategy)
     assert restored.scaler.state_dict()["scale"] == 2.0**15
@@ -111,54 +104,21 @@ def seeded_linear() -> nn.Linear:
     return nn.Linear(3, 2)
 
 
-def gradients_on_rank(rank: int, port: int, out: str) -> None:
+def gradients_on_rank(rank: int, out: str) -> None:
     """One of two gloo ranks: the strategy's backward on this rank's batch; the gradients
     it leaves are saved to ``out``/rank-N.pt."""
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=timedelta(seconds=TWO_RANKS_TIMEOUT_S),
-    )
-    try:
-        ctx = dataclasses.replace(single_process(), rank=rank, world_size=2, local_rank=rank)
-        model = seeded_linear()
-        strategy = DdpStrategy(TrainConfig(), ctx)
-        wrapped = strategy.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        inputs, targets = rank_batch(rank)
-        strategy.backward(nn.functional.mse_loss(wrapped(inputs), targets))
-        grads = {name: p.grad for name, p in model.named_parameters()}
-        torch.save(grads, Path(out) / f"rank-{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    ctx = dataclasses.replace(single_process(), rank=rank, world_size=2, local_rank=rank)
+    model = seeded_linear()
+    strategy = DdpStrategy(TrainConfig(), ctx)
+    wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    inputs, targets = rank_batch(rank)
+    strategy.backward(nn.functional.mse_loss(wrapped(inputs), targets))
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    torch.save(grads, Path(out) / f"rank-{rank}.pt")
 
 
 def test_two_ranks_get_the_mean_of_their_gradients(tmp_path: Path) -> None:
-    processes = mp.start_processes(
-        gradients_on_rank,
-        args=(free_port(), str(tmp_path)),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TWO_RANKS_TIMEOUT_S
-    try:
-        while not processes.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                pytest.fail(f"two gloo ranks did not finish in {TWO_RANKS_TIMEOUT_S:.0f} s")
-    finally:
-        for process in processes.processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
+    run_ranks(gradients_on_rank, 2, str(tmp_path))
 
     # Each rank's gradient on its own, computed here without any process group.
     per_rank = []

@@ -96,7 +96,7 @@ class Checkpointer:
         return loop
 
     def save(self, state: LoopState, reason: str) -> Path:
-        """Write the checkpoint of ``state`` (``reason``: interval, epoch, preempted) and
+        """Write the checkpoint of ``state`` (``reason``: interval, epoch, max_steps, preempted) and
         return its directory; a second call for the same position returns the first's."""
         key = (state.step, state.epoch_done)
         if self._last is not None and self._last[0] == key:

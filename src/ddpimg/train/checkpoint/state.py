@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.config import SYNTHETIC
 
 if TYPE_CHECKING:
     import torch
@@ -27,9 +28,11 @@ LOOP_PT = "loop.pt"
 RNG_DIR = "rng"
 
 # Options that may differ between a run and its resumption: how long it trains, how it
-# logs, evaluates the held-out set, checkpoints and stops, and where it writes. The batch
-# options are replaced by the global batch they give. Any other option, those added later
-# included, decides the trajectory and must match.
+# logs, evaluates the held-out set, checkpoints and stops, where it writes, how many
+# processes load its data and how it treats unreadable samples. The batch options are
+# replaced by the global batch they give, ``--data`` by its kind (synthetic or files: the
+# same files may move, e.g. staged to node-local disk by each job). Any other option, those
+# added later included, decides the trajectory and must match.
 FREE_TO_CHANGE = frozenset(
     {
         "epochs",
@@ -46,6 +49,8 @@ FREE_TO_CHANGE = frozenset(
         "resume",
         "preempt_signals",
         "preempt_check_every",
+        "workers",
+        "bad_samples",
     }
 )
 
@@ -134,6 +139,7 @@ def fingerprint(
     """The options that decide the loss trajectory, as JSON values; with a strategy that
     cannot reshard its state, the world size too."""
     values = {k: v for k, v in config.to_json().items() if k not in FREE_TO_CHANGE}
+    values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
     values["global_batch"] = global_batch
     if not reshards:
         values["world_size"] = world_size

@@ -6,6 +6,7 @@ is that of one process training on the whole global batch, whatever the strategy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -13,6 +14,9 @@ if TYPE_CHECKING:
 
     import torch
     from torch import nn
+
+
+OptimizerFactory = Callable[["nn.Module"], "torch.optim.Optimizer"]
 
 
 class Strategy(Protocol):
@@ -24,9 +28,17 @@ class Strategy(Protocol):
     #: (torch.distributed.checkpoint). False makes a resume with another world size an error.
     reshards_on_load: bool
 
-    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        """Take over ``model`` (already on the device) and ``optimizer``; returns the module
-        to call for training and evaluation forwards."""
+    def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
+        """Take over ``model`` (already on the device) and build its optimizer with
+        ``make_optimizer``, called once with the module whose parameters are trained (after
+        sharding, for a strategy that replaces parameters); returns the module to call for
+        training and evaluation forwards."""
+        ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer ``wrap`` built (its param groups carry the learning rate that the
+        loop's schedule sets)."""
         ...
 
     def backward(self, loss: torch.Tensor) -> None:

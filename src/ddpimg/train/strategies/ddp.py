@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.config import TrainConfig
+    from ddpimg.train.strategies.base import OptimizerFactory
 
 
 STATE_FILE = "model.pt"
@@ -36,8 +37,9 @@ class DdpStrategy:
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
-    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
-        self._model, self._optimizer = model, optimizer
+    def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
+        # DDP keeps the module's own parameters: the optimizer may hold them from the start.
+        self._model, self._optimizer = model, make_optimizer(model)
         if self.ctx.world_size == 1:
             # With one rank DDP has nothing to average, but still copies every gradient
             # into its buckets, all-reduces them and divides: a cost with no effect

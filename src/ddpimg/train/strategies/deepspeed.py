@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.config import TrainConfig
+    from ddpimg.train.strategies.base import OptimizerFactory
 
 
 # The checkpoint's tag: DeepSpeed writes into <directory>/<tag>/.
@@ -73,8 +74,9 @@ class DeepSpeedStrategy:
         self.zero_stage = config.zero_stage
         self.precision = config.precision
         self._engine: Any = None
+        self._optimizer: torch.optim.Optimizer | None = None
 
-    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+    def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
         try:
             import deepspeed
         except ImportError as err:
@@ -114,8 +116,11 @@ class DeepSpeedStrategy:
             self.precision,
             sum(parameter.numel() for parameter in model.parameters()),
         )
+        # DeepSpeed takes a torch optimizer over the module's full parameters and partitions
+        # its state itself (ZeRO).
+        self._optimizer = make_optimizer(model)
         engine, _, _, _ = deepspeed.initialize(
-            args=args, model=model, optimizer=optimizer, config=config
+            args=args, model=model, optimizer=self._optimizer, config=config
         )
         self._engine = engine
         module: nn.Module = engine
@@ -155,6 +160,12 @@ class DeepSpeedStrategy:
                 f"{CHECKPOINT_TAG!r} in it",
                 hint="resume from a checkpoint written with --strategy deepspeed, or --resume none",
             )
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            raise RuntimeError("DeepSpeedStrategy used before wrap()")
+        return self._optimizer
 
     @property
     def engine(self) -> Any:

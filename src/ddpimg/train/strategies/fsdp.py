@@ -11,10 +11,8 @@ bottleneck blocks, a ViT's encoder layers - each get ``fully_shard``, then the r
 what is left (embeddings, stem, head; tied weights stay together there). With
 ``--precision bf16`` the units compute in bf16 and reduce gradients in fp32.
 
-FSDP2 replaces every parameter by a sharded DTensor parameter of the same name. The loop
-hands over an optimizer the task built on the full parameters (DeepSpeed needs it that
-way), so ``wrap`` points that optimizer's param groups at the sharded parameters by name:
-same groups, same hyper-parameters, and no state yet to move.
+FSDP2 replaces every parameter by a sharded DTensor parameter of the same name, so the
+optimizer is built after sharding, on those parameters.
 
 Checkpoints use torch.distributed.checkpoint (DCP): every rank writes its shards, and a
 checkpoint loads into any world size (DCP reshards on load).
@@ -38,6 +36,7 @@ if TYPE_CHECKING:
 
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.config import TrainConfig
+    from ddpimg.train.strategies.base import OptimizerFactory
 
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
@@ -71,20 +70,10 @@ class FsdpStrategy:
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
-    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+    def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        devices = {parameter.device for parameter in model.parameters()}
-        if len(devices) > 1:
-            raise DdpimgError(
-                f"--strategy fsdp needs the whole model on one device, found parameters on "
-                f"{', '.join(sorted(str(device) for device in devices))}",
-                hint="use --strategy ddp for a model spread over several GPUs",
-            )
-        if optimizer.state:
-            raise RuntimeError("FsdpStrategy.wrap needs an optimizer that has not stepped yet")
-        names = {id(parameter): name for name, parameter in model.named_parameters()}
         mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
         half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         policy = (
@@ -95,10 +84,7 @@ class FsdpStrategy:
         for unit in shard_units(model):
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        sharded = dict(model.named_parameters())
-        for group in optimizer.param_groups:
-            group["params"] = [sharded[names[id(parameter)]] for parameter in group["params"]]
-        self._model, self._optimizer = model, optimizer
+        self._model, self._optimizer = model, make_optimizer(model)
         return model
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -5,15 +5,15 @@ count."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpimg.train.data import load_mnist
 from ddpimg.train.dropout import DropoutContext, GlobalBatchDropout
 from ddpimg.train.tasks.mnist import SPEC
+from ddpimg.train.tasks.mnist.data import load_mnist
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -54,10 +54,19 @@ class MnistTask:
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
         self.device = ctx.device
+        self._facts: dict[str, Any] = {}
 
-    def load(self) -> tuple[Dataset, Dataset]:
+    def datasets(self) -> tuple[Dataset, Dataset]:
         data = load_mnist(self.config.data, self.config.train_samples, self.config.eval_samples)
+        self._facts = {
+            "source": data.source,
+            "train_samples": len(data.train),
+            "eval_samples": len(data.test),
+        }
         return data.train.to(self.device), data.test.to(self.device)
+
+    def data_facts(self) -> dict[str, Any]:
+        return self._facts
 
     def build_model(self, dropout: DropoutContext) -> nn.Module:
         return MnistNet(dropout).to(self.device)

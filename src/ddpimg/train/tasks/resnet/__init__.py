@@ -1,11 +1,13 @@
-"""``train resnet``: a torchvision classification model, ResNet-50 by default, with SGD on
-ImageNet-shaped images, the CSC tutorials' GPU benchmark (``task``)."""
+"""``train resnet``: a torchvision classification model, ResNet-50 by default (``model``),
+with SGD (``task``) on synthetic ImageNet-shaped images (``synthetic``) or an ImageFolder
+tree or tar shards streamed from storage (``data``, ``stream``, ``transforms``): the CSC
+tutorials' GPU benchmark."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddpimg.train.config import check_at_least
+from ddpimg.train.config import check_at_least, check_choice
 from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec
 
 if TYPE_CHECKING:
@@ -26,8 +28,14 @@ def _task(config: TrainConfig, ctx: DistContext) -> Task:
     return ResnetTask(config, ctx)
 
 
+BAD_SAMPLES = ("error", "skip")
+
+
 def _check(config: TrainConfig) -> None:
     check_at_least("--image-size", config.image_size, MIN_IMAGE_SIZE, "ImageNet models take 224")
+    check_at_least("--workers", config.workers, 0, "0 loads the data in the training process")
+    if config.bad_samples is not None:
+        check_choice("--bad-samples", config.bad_samples, BAD_SAMPLES)
 
 
 SPEC = TrainerSpec(
@@ -38,7 +46,8 @@ SPEC = TrainerSpec(
     # Per-rank batch that fits a 40 GB GPU with ResNet-50 at 224 px.
     default_batch_size=32,
     bf16_on_gpu=True,
-    data_source="an ImageFolder directory with train/ and val/",
+    data_source="an ImageFolder tree (DIR/train/CLASS/*, DIR/val/CLASS/*) or tar shards "
+    "(DIR/train-*.tar, DIR/val-*.tar), read as the steps need them",
     flags=(
         TrainerFlag(
             "--arch",
@@ -48,18 +57,34 @@ SPEC = TrainerSpec(
         ),
         TrainerFlag(
             "--image-size",
-            "side of the square images: synthetic ones are generated at it, ImageFolder ones "
-            "resized and centre-cropped to it",
+            "side of the square images: synthetic ones are generated at it, files are "
+            "randomly cropped to it for training and resized and centre-cropped for evaluation",
             default=str(DEFAULT_IMAGE_SIZE),
             metavar="PX",
             type=int,
         ),
         TrainerFlag(
             "--sync-batchnorm",
-            "BatchNorm statistics over the global batch with more than one rank (GPU only; "
-            "needed for topology invariance, costs a host sync per layer)",
+            "BatchNorm statistics over the global batch (torch's SyncBatchNorm with several "
+            "GPU ranks, GlobalBatchNorm on the CPU): needed for topology invariance; costs a "
+            "collective per layer",
             default="on",
             negatable=True,
+        ),
+        TrainerFlag(
+            "--workers",
+            "data-loading worker processes per rank for --data DIR (0: load in the training "
+            "process)",
+            default="the rank's CPUs - 1, at most 32",
+            metavar="N",
+            type=int,
+        ),
+        TrainerFlag(
+            "--bad-samples",
+            "an unreadable image file: stop with an error naming it, or replace it by the next "
+            "readable sample and count it in the summary",
+            default="error",
+            choices=BAD_SAMPLES,
         ),
     ),
     check=_check,

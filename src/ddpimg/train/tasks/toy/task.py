@@ -19,14 +19,13 @@ evaluation runs over the first ``--eval-samples`` rows (default 16384).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpimg.errors import DdpimgError
-from ddpimg.train.strategies import STRATEGIES
+from ddpimg.train.tasks.base import InMemoryDataset
 from ddpimg.train.tasks.datasets import sample_count
 from ddpimg.train.tasks.toy import SPEC, gpus_per_replica
 
@@ -60,13 +59,17 @@ class ToyModel(nn.Module):
 
 
 @dataclass(frozen=True)
-class ToyRows:
+class ToyRows(InMemoryDataset):
     """Rows ``values`` (float (N,)); row x is [x]*32 with label x % 10."""
 
     values: torch.Tensor
 
     def __len__(self) -> int:
         return int(self.values.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
 
     def batch(self, rows: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor]:
         values = self.values[rows]
@@ -91,7 +94,7 @@ class ToyTask:
         self.config = config
         self.device = ctx.device
 
-    def load(self) -> tuple[Dataset, Dataset]:
+    def datasets(self) -> tuple[Dataset, Dataset]:
         source = "the toy set"
         train = sample_count(ROWS, self.config.train_samples, "--train-samples", "training", source)
         test = sample_count(
@@ -102,17 +105,11 @@ class ToyTask:
             ToyRows(torch.arange(test, dtype=torch.float32, device=self.device)),
         )
 
+    def data_facts(self) -> dict[str, Any]:
+        return {"source": "the toy rows"}
+
     def build_model(self, dropout: DropoutContext) -> nn.Module:
-        gpus = gpus_per_replica(self.config)
-        spread = self.device.type == "cuda" and gpus > 1
-        if spread and not STRATEGIES[self.config.strategy].takes_spread_model:
-            able = " or ".join(name for name, spec in STRATEGIES.items() if spec.takes_spread_model)
-            raise DdpimgError(
-                f"--strategy {self.config.strategy} cannot run the toy model spread over "
-                f"--gpus-per-replica {gpus} GPUs (it keeps a whole model on one device)",
-                hint=f"use --strategy {able}, or --gpus-per-replica 1",
-            )
-        return ToyModel(self.device, tail_device(self.device, gpus))
+        return ToyModel(self.device, tail_device(self.device, gpus_per_replica(self.config)))
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.float(), target, reduction="none")

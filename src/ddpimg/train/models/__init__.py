@@ -1,1 +1,0 @@
-"""Models written here in plain torch (the others come from torchvision)."""

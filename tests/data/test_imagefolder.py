@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ddpimg.data.imagefolder import FolderSource, folder_classes, read_listing, write_listing
+from ddpimg.errors import DataError
+from tests.datagen import make_image_tree
+
+
+def test_listing_follows_torchvisions_image_folder(tmp_path: Path) -> None:
+    from torchvision.datasets import ImageFolder
+
+    tree = make_image_tree(tmp_path, classes=3, train_per_class=4, val_per_class=1)
+    (tmp_path / "train" / tree.classes[1] / "notes.txt").write_text("not an image")
+    nested = tmp_path / "train" / tree.classes[2] / "more"
+    nested.mkdir()
+    (nested / "extra.PNG").write_bytes(
+        (tmp_path / "train" / tree.classes[0]).iterdir().__next__().read_bytes()
+    )
+    write_listing(tmp_path / "train", folder_classes(tmp_path), tmp_path / "index")
+    table = read_listing(tmp_path / "train", tmp_path / "index")
+    assert table is not None
+    source = FolderSource(tmp_path / "train", table)
+    reference = ImageFolder(str(tmp_path / "train"))
+    assert source.classes == reference.classes
+    assert [source.where(i) for i in range(len(source))] == [p for p, _ in reference.samples]
+    assert source.labels().tolist() == [label for _, label in reference.samples]
+    assert source.read(0) == Path(reference.samples[0][0]).read_bytes()
+
+
+def test_a_changed_folder_invalidates_the_listing(tmp_path: Path) -> None:
+    tree = make_image_tree(tmp_path, classes=2, train_per_class=2, val_per_class=1)
+    write_listing(tmp_path / "train", tree.classes, tmp_path / "index")
+    assert read_listing(tmp_path / "train", tmp_path / "index") is not None
+    folder = tmp_path / "train" / tree.classes[0]
+    victim = next(folder.iterdir())
+    victim.unlink()
+    # A folder's time changes when an entry goes; make sure the clock moved a second.
+    os.utime(folder, (0, os.stat(folder).st_mtime + 1))
+    assert read_listing(tmp_path / "train", tmp_path / "index") is None
+
+
+def test_a_listing_of_another_tree_is_not_taken(tmp_path: Path) -> None:
+    make_image_tree(tmp_path / "one", classes=2, train_per_class=1, val_per_class=1)
+    make_image_tree(tmp_path / "two", classes=2, train_per_class=1, val_per_class=1)
+    write_listing(tmp_path / "one" / "train", ["n00000000", "n00000001"], tmp_path / "index")
+    assert read_listing(tmp_path / "two" / "train", tmp_path / "index") is None
+
+
+def test_splits_with_other_classes_are_refused(tmp_path: Path) -> None:
+    for split, name in (("train", "a"), ("train", "b"), ("val", "a"), ("val", "c")):
+        (tmp_path / split / name).mkdir(parents=True)
+    with pytest.raises(
+        DataError,
+        match=r"train/ and val/ have different class folders \(only in train/: \['b'\], only "
+        r"in val/: \['c'\]\)\n  hint: both splits need a folder for every class",
+    ):
+        folder_classes(tmp_path)

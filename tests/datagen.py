@@ -1,0 +1,114 @@
+"""Datasets generated for the tests and benchmarks: nothing is ever downloaded.
+
+``make_image_tree`` writes an ImageFolder tree in the ImageNet layout whose images have
+mixed sizes and formats (RGB JPEG most of all, PNG, greyscale JPEG, CMYK JPEG), as real
+collections do. Each class is a colour and a stripe direction plus noise, so a small model
+learns it within a few steps. Generated from a seed: the same call writes the same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+# (format, mode, file extension) and how often each comes, in 20ths.
+FORMATS: Sequence[tuple[str, str, str, int]] = (
+    ("JPEG", "RGB", ".jpg", 14),
+    ("PNG", "RGB", ".png", 3),
+    ("JPEG", "L", ".JPEG", 2),
+    ("JPEG", "CMYK", ".jpeg", 1),
+)
+
+
+@dataclass(frozen=True)
+class ImageTree:
+    root: Path
+    classes: list[str]
+    train: int
+    val: int
+
+
+def class_names(count: int) -> list[str]:
+    """ImageNet-style synset-like names, sorted as ImageFolder sorts them."""
+    return [f"n{index:08d}" for index in range(count)]
+
+
+def image(
+    rng: np.random.Generator, label: int, classes: int, width: int, height: int
+) -> np.ndarray:
+    """A learnable RGB image of class ``label``: its colour, stripes in its direction, noise."""
+    hue = label / max(classes, 1)
+    colour = np.array([np.cos(2 * np.pi * hue), np.cos(2 * np.pi * (hue + 1 / 3)),
+                       np.cos(2 * np.pi * (hue + 2 / 3))])  # fmt: skip
+    ys, xs = np.mgrid[0:height, 0:width]
+    angle = np.pi * label / max(classes, 1)
+    stripes = np.sin((xs * np.cos(angle) + ys * np.sin(angle)) / 4.0)
+    pixels = 128 + 60 * colour[None, None, :] + 40 * stripes[..., None]
+    pixels = pixels + rng.normal(0, 25, (height, width, 3))
+    return np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def make_image_tree(
+    root: Path,
+    *,
+    classes: int = 10,
+    train_per_class: int = 20,
+    val_per_class: int = 5,
+    sizes: tuple[int, int] = (40, 120),
+    seed: int = 0,
+) -> ImageTree:
+    """Write ``root/train/CLASS/*`` and ``root/val/CLASS/*``; image sides are drawn from
+    ``sizes`` (inclusive range), formats from ``FORMATS``."""
+    rng = np.random.default_rng(seed)
+    names = class_names(classes)
+    weights = np.array([share for *_, share in FORMATS], dtype=float)
+    weights /= weights.sum()
+    for split, per_class in (("train", train_per_class), ("val", val_per_class)):
+        for label, name in enumerate(names):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for index in range(per_class):
+                width, height = (int(v) for v in rng.integers(sizes[0], sizes[1] + 1, size=2))
+                kind, mode, extension, _ = FORMATS[int(rng.choice(len(FORMATS), p=weights))]
+                picture = Image.fromarray(image(rng, label, classes, width, height))
+                if mode != "RGB":
+                    picture = picture.convert(mode)
+                picture.save(folder / f"{name}_{index:05d}{extension}", kind, quality=90)
+    return ImageTree(root, names, classes * train_per_class, classes * val_per_class)
+
+
+def write_shards(tree: Path, out: Path, per_shard: int) -> dict[str, list[Path]]:
+    """Tar shards of an ImageFolder tree as WebDataset tools write them (``KEY.ext`` +
+    ``KEY.cls``, no index), ``per_shard`` samples each, in the tree's sorted order."""
+    import io
+    import tarfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, list[Path]] = {}
+    classes = sorted(entry.name for entry in (tree / "train").iterdir() if entry.is_dir())
+    for split in ("train", "val"):
+        files = [
+            (path, label)
+            for label, name in enumerate(classes)
+            for path in sorted((tree / split / name).iterdir())
+        ]
+        written[split] = []
+        for shard, start in enumerate(range(0, len(files), per_shard)):
+            path = out / f"{split}-{shard:06d}.tar"
+            with tarfile.open(path, "w") as tar:
+                for offset, (source, label) in enumerate(files[start : start + per_shard]):
+                    key = f"{split}{start + offset:07d}"
+                    members = [
+                        (f"{key}{source.suffix.lower()}", source.read_bytes()),
+                        (f"{key}.cls", str(label).encode()),
+                    ]
+                    for name, data in members:
+                        info = tarfile.TarInfo(name)
+                        info.size = len(data)
+                        tar.addfile(info, io.BytesIO(data))
+            written[split].append(path)
+    return written

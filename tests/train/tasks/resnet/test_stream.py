@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ddpimg.data.sources import open_splits, prepare
+from ddpimg.errors import DataError
+from ddpimg.train.sharding import BatchPlan, EvalShard, TrainShard, epoch_order
+from ddpimg.train.tasks.resnet.stream import (
+    EVAL,
+    MEAN,
+    STD,
+    TRAIN,
+    ImageStream,
+    SampleReader,
+    SplitView,
+    StreamedImages,
+    spread,
+)
+from tests.datagen import make_image_tree
+
+CPU = torch.device("cpu")
+SIZE = 24
+
+
+def views(root: Path) -> tuple[SplitView, SplitView]:
+    prepare(root, root / "run")
+    train, val = open_splits(root, root / "run")
+    return SplitView(train), SplitView(val)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    make_image_tree(root, classes=4, train_per_class=12, val_per_class=3)
+    return root
+
+
+def stream(
+    root: Path, workers: int, skip_bad: bool = False, channels_last: bool = False
+) -> ImageStream:
+    return ImageStream(
+        views(root), SIZE, seed=7, workers=workers, skip_bad=skip_bad, device=CPU,
+        channels_last=channels_last,
+    )  # fmt: skip
+
+
+def plan(epoch: int, steps: int = 3, per_rank: int = 4) -> BatchPlan:
+    return TrainShard(48, per_rank, 0, 1).plan(epoch_order(48, 7, epoch), epoch, 0, steps)
+
+
+def collect(
+    dataset: StreamedImages, batch_plan: BatchPlan
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return list(dataset.batches(batch_plan))
+
+
+def test_workers_do_not_change_a_single_pixel(tree: Path) -> None:
+    in_process = StreamedImages(stream(tree, workers=0), TRAIN)
+    with_workers = StreamedImages(stream(tree, workers=2), TRAIN)
+    first = collect(in_process, plan(1))
+    assert [b[0].shape for b in first] == [(4, 3, SIZE, SIZE)] * 3
+    for (images, labels), (other_images, other_labels) in zip(
+        first, collect(with_workers, plan(1)), strict=True
+    ):
+        assert torch.equal(images, other_images)
+        assert torch.equal(labels, other_labels)
+    # The persistent workers serve the next plan, and evaluation, too.
+    assert torch.equal(collect(with_workers, plan(2))[0][0], collect(in_process, plan(2))[0][0])
+    eval_plan = EvalShard(12, 5, 0, 1).plan()
+    evaluated = collect(StreamedImages(with_workers.stream, EVAL), eval_plan)
+    assert [len(labels) for _, labels in evaluated] == [5, 5, 2]
+
+
+def test_augmentation_depends_on_epoch_and_sample_only(tree: Path) -> None:
+    reader = SampleReader(views(tree), SIZE, seed=7, skip_bad=False)
+    first = reader[(TRAIN, 1, 5)].pixels
+    assert np.array_equal(first, reader[(TRAIN, 1, 5)].pixels)
+    assert not np.array_equal(first, reader[(TRAIN, 2, 5)].pixels)
+    other_seed = SampleReader(views(tree), SIZE, seed=8, skip_bad=False)
+    assert not np.array_equal(first, other_seed[(TRAIN, 1, 5)].pixels)
+    evaluated = reader[(EVAL, None, 2)]
+    assert np.array_equal(evaluated.pixels, reader[(EVAL, None, 2)].pixels)
+    assert evaluated.label == views(tree)[1].label(2)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batches_are_normalised_with_imagenets_statistics(tree: Path, channels_last: bool) -> None:
+    source = stream(tree, workers=0, channels_last=channels_last)
+    images, labels = collect(StreamedImages(source, TRAIN), plan(1, steps=1))[0]
+    reader = SampleReader(views(tree), SIZE, seed=7, skip_bad=False)
+    rows = plan(1, steps=1).rows(0).tolist()
+    raw = torch.from_numpy(np.stack([reader[(TRAIN, 1, row)].pixels for row in rows]))
+    expected = (raw.permute(0, 3, 1, 2).float() / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / (
+        torch.tensor(STD).view(1, 3, 1, 1)
+    )
+    assert torch.allclose(images, expected, atol=1e-5)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    assert images.is_contiguous(memory_format=layout)
+    assert labels.tolist() == [views(tree)[0].label(row) for row in rows]
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> tuple[Path, int, int]:
+    """A tree with one file that is not an image and one truncated JPEG; their indexes."""
+    make_image_tree(tmp_path, classes=2, train_per_class=6, val_per_class=1)
+    folder = tmp_path / "train" / "n00000000"
+    (folder / "n00000000_00002.zz.jpg").write_bytes(b"<html>not an image</html>")
+    victim = next(p for p in sorted(folder.iterdir()) if p.suffix == ".jpg" and "zz" not in p.name)
+    victim.write_bytes(victim.read_bytes()[:300])
+    files = sorted(p.name for p in folder.iterdir())
+    return tmp_path, files.index("n00000000_00002.zz.jpg"), files.index(victim.name)
+
+
+def test_an_unreadable_sample_is_an_error_naming_it(damaged: tuple[Path, int, int]) -> None:
+    root, garbage, _ = damaged
+    dataset = StreamedImages(stream(root, workers=0), TRAIN)
+    rows = BatchPlan(1, torch.tensor([garbage]), (slice(0, 1),))
+    with pytest.raises(
+        DataError,
+        match=rf"^sample {garbage} \({root}/train/n00000000/n00000000_00002\.zz\.jpg\) cannot be "
+        r"read as an image: .*\n  hint: replace or remove the file .* --bad-samples skip",
+    ):
+        collect(dataset, rows)
+
+
+def test_a_truncated_jpeg_is_an_error_too(damaged: tuple[Path, int, int]) -> None:
+    root, _, truncated = damaged
+    dataset = StreamedImages(stream(root, workers=0), TRAIN)
+    with pytest.raises(DataError, match=rf"^sample {truncated} \(.*\) cannot be read as an image"):
+        collect(dataset, BatchPlan(1, torch.tensor([truncated]), (slice(0, 1),)))
+
+
+def test_skipping_substitutes_the_next_readable_sample_and_counts(
+    damaged: tuple[Path, int, int],
+) -> None:
+    root, garbage, truncated = damaged
+    reader = SampleReader(views(root), SIZE, seed=7, skip_bad=True)
+    substitute = reader[(TRAIN, 1, garbage)]
+    assert substitute.substituted
+    following = next(i for i in range(garbage + 1, 12) if i != truncated)
+    assert np.array_equal(substitute.pixels, reader._pixels(TRAIN, 1, following))
+    assert substitute.label == views(root)[0].label(following)
+    dataset = StreamedImages(stream(root, workers=2, skip_bad=True), TRAIN)
+    good = [i for i in range(12) if i not in (garbage, truncated)][:2]
+    order = torch.tensor([garbage, truncated, *good])
+    batches = collect(dataset, BatchPlan(1, order, (slice(0, 2), slice(2, 4))))
+    assert len(batches) == 2
+    assert dataset.skipped() == 2
+
+
+def test_a_subset_is_spread_over_the_index() -> None:
+    assert spread(10, 10) is None
+    assert spread(10, 4).tolist() == [0, 2, 5, 7]
