@@ -14,16 +14,28 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from platform import machine as host_machine
 from typing import Any
 
 from .context import source_facts, stage_context
 from .engine import engine, engine_answers, install_engine_packages
-from .locks import CONTAINERS, DEFAULT_LOCK, LOCKS, default_tag, lock_file, missing_lock
+from .locks import (
+    CONTAINERS,
+    DEFAULT_LOCK,
+    LOCKS,
+    Platform,
+    default_tag,
+    lock_file,
+    missing_lock,
+)
 from .session import Session
 from .wheels import wheelhouse
 
-# The base image made by containers/engine.sh where no registry can be reached.
+# The base image made by containers/engine.sh where no registry can be reached: Debian 12
+# for this machine's CPU, whose python3 is LOCAL_BASE_PYTHON; for another CPU the same with
+# the CPU's name appended (local_base).
 LOCAL_BASE = "ddpimg-base:bookworm"
+LOCAL_BASE_PYTHON = "3.11"
 SMOKE_IMAGE = "ddpimg:cpu"
 
 
@@ -48,6 +60,9 @@ class ImageBuild:
 SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
 # The CUDA 12.8 GPU image as `nox -s flavours` builds it: CI's way, on the local base.
 CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, mpi4py_wheel=True)
+# The arm64 GPU image (GH200) as `nox -s flavours` builds it on CI's x86-64 machine: on the
+# local arm64 base, its wheels installed by this machine's CPU, the rest under emulation.
+ARM64_BUILD = ImageBuild("gpu", "ddpimg:gpu-arm64", "pypi-arm64", local=True, mpi4py_wheel=True)
 # The images the bench part times: what `nox -s image -- FLAVOUR --local` makes.
 BENCH_BUILDS = [
     ImageBuild(flavour, f"ddpimg:{flavour}", "pypi", local=True) for flavour in ("cpu", "gpu")
@@ -57,7 +72,9 @@ BENCH_BUILDS = [
 def image_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nox -s image --", allow_abbrev=False)
     parser.add_argument("flavour", choices=["cpu", "gpu"])
-    parser.add_argument("--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128")
+    parser.add_argument(
+        "--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128, -arm64 for ..."
+    )
     parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
     parser.add_argument(
         "--local",
@@ -97,17 +114,42 @@ def parse_image_options(posargs: Sequence[str]) -> ImageBuild:
     )
 
 
+def foreign_platform(build: ImageBuild, machine: str) -> Platform | None:
+    """The platform of ``build``'s lock when a machine whose CPU is ``machine``
+    (platform.machine()) cannot run its programs itself; None when it can."""
+    platform = LOCKS[build.torch].platform
+    return platform if platform is not None and platform.machine != machine else None
+
+
+def local_base(platform: Platform | None) -> str:
+    """The local base image of a lock's platform (None: this machine's)."""
+    return LOCAL_BASE if platform is None else f"{LOCAL_BASE}-{platform.arch}"
+
+
 def build_args(
-    build: ImageBuild, facts: Mapping[str, str], wheels_url: str | None = None
+    build: ImageBuild,
+    facts: Mapping[str, str],
+    wheels_url: str | None = None,
+    machine: str = host_machine(),
 ) -> dict[str, str]:
-    """The Dockerfile's build arguments for ``build``: ``facts`` (context.source_facts), the
-    flavour and lock, the bases, the options, and where the locked files are served."""
+    """The Dockerfile's build arguments for ``build`` on a ``machine`` CPU: ``facts``
+    (context.source_facts), the flavour and lock, the bases, the options, and where the
+    locked files are served.
+
+    A local build for another CPU builds the venv on this machine's local base (the same
+    Debian release, hence the same Python) with that platform's wheels (CROSS_PLATFORM, and
+    mpi4py's wheel: nothing can be compiled for the other CPU there)."""
     args = dict(facts) | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
-    gpu_base = LOCKS[build.torch].gpu_base
+    lock = LOCKS[build.torch]
+    foreign = foreign_platform(build, machine)
     if build.local:
-        args |= {"GPU_BASE": LOCAL_BASE, "CPU_BASE": LOCAL_BASE}
-    elif gpu_base is not None and build.flavour == "gpu":
-        args["GPU_BASE"] = gpu_base
+        base = local_base(lock.platform)
+        args |= {"GPU_BASE": base, "CPU_BASE": base}
+        if foreign is not None:
+            args |= {"BUILD_FROM": LOCAL_BASE, "CROSS_PLATFORM": foreign.python}
+            args["MPI4PY_BUILD"] = "wheel"
+    elif lock.gpu_base is not None and build.flavour == "gpu":
+        args["GPU_BASE"] = lock.gpu_base
     if build.ds_build_ops:
         args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
     if build.cuda_arch_list:
@@ -124,12 +166,21 @@ def build_stage_tag(tag: str) -> str:
     return f"{tag}-build"
 
 
-def docker_commands(build: ImageBuild, context: Path, args: Mapping[str, str]) -> list[list[str]]:
-    """The two `docker build` commands of ``build`` from the staged ``context``: the build
-    stage, tagged (build_stage_tag) so that pruning keeps it as the next build's cache, then
-    the image. The second reuses what the first built (even with --no-cache: its layers
-    descend from the fresh ones, no older image)."""
+def docker_commands(
+    build: ImageBuild, context: Path, args: Mapping[str, str], machine: str = host_machine()
+) -> list[list[str]]:
+    """The two `docker build` commands of ``build`` from the staged ``context`` on a
+    ``machine`` CPU: the build stage, tagged (build_stage_tag) so that pruning keeps it as the
+    next build's cache, then the image. The second reuses what the first built (even with
+    --no-cache: its layers descend from the fresh ones, no older image).
+
+    A build for another CPU names its platform, so that docker pulls the bases' images for
+    it and emulates every step; except a local one, whose base images are made for their
+    CPUs here (the classic builder then refuses to copy between stages of two platforms)."""
     command = ["docker", "build", "--file", str(context / CONTAINERS / "Dockerfile")]
+    foreign = foreign_platform(build, machine)
+    if foreign is not None and not build.local:
+        command += ["--platform", foreign.docker]
     if build.local:
         command += ["--network", "host"]  # the build's pip reaches the wheel server
     for name, value in sorted(args.items()):
@@ -169,19 +220,38 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
     reason = missing_lock(build.torch)
     if reason is not None:
         session.error(reason)
+    platform = LOCKS[build.torch].platform
+    machine = host_machine()
+    foreign = foreign_platform(build, machine)
+    # A local build for another CPU: its venv is built by this machine's (build_args).
+    cross = foreign if build.local else None
+    if cross is not None and build.ds_build_ops:
+        session.error(
+            f"--ds-build-ops: DeepSpeed's ops cannot be compiled for {cross.machine} on this "
+            f"{machine} machine; build the {build.torch} image on a {cross.machine} one"
+        )
+    if cross is not None and not build.mpi4py_wheel:
+        session.log(f"a {cross.machine} build here takes mpi4py's wheel (MPI4PY_BUILD=wheel)")
+        build = dataclasses.replace(build, mpi4py_wheel=True)
+    if foreign is not None:
+        # Its steps run under qemu-user, registered with the kernel (engine.sh emulator).
+        engine(session, "emulator", foreign.arch)
     if build.local:
         engine(session, "start")
-        engine(session, "base", LOCAL_BASE)
+        if cross is not None:
+            engine(session, "base", LOCAL_BASE)  # where the venv is built
+        engine(session, "base", local_base(platform), *([platform.arch] if platform else []))
     with contextlib.ExitStack() as stack:
         context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
         stage_context(context, build.extra_ca)
         wheels_url = None
         if build.local:
-            wheels = wheelhouse(session, lock_file(build.torch), build.mpi4py_wheel)
+            target = cross.pip_args(LOCAL_BASE_PYTHON) if cross is not None else []
+            wheels = wheelhouse(session, lock_file(build.torch), build.mpi4py_wheel, target)
             wheels_url = stack.enter_context(wheels)
-        args = build_args(build, source_facts(), wheels_url)
+        args = build_args(build, source_facts(), wheels_url, machine)
         started = time.monotonic()
-        for command in docker_commands(build, context, args):
+        for command in docker_commands(build, context, args, machine):
             session.run(*command, external=True)
         elapsed = time.monotonic() - started
     prune(session)
@@ -190,22 +260,31 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
     return elapsed, size
 
 
+def image_exists(tag: str) -> bool:
+    probe = ["docker", "image", "inspect", tag]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
 @contextlib.contextmanager
 def images_built(
     session: Session, builds: Sequence[ImageBuild], drop_build_stages: Sequence[ImageBuild] = ()
 ) -> Iterator[None]:
-    """Build ``builds`` here (the engines' packages first, when root); when the block ends,
-    remove the build stages of ``drop_build_stages`` and stop the dockerd this started."""
+    """Build ``builds`` here (the engines' packages first, when root), removing the build
+    stage of each of ``drop_build_stages`` as soon as it is built (the next build needs the
+    disk); stop the dockerd this started when the block ends."""
     install_engine_packages(session)
     ours = not engine_answers()
+    stages = [build_stage_tag(build.tag) for build in drop_build_stages]
     try:
         for build in builds:
             build_image(session, build)
+            if build in drop_build_stages:
+                session.run("docker", "image", "rm", build_stage_tag(build.tag), external=True)
         yield
     finally:
-        stages = [build_stage_tag(build.tag) for build in drop_build_stages]
-        if stages and engine_answers():
-            session.run("docker", "image", "rm", "--force", *stages, external=True, silent=True)
+        left = [tag for tag in stages if engine_answers() and image_exists(tag)]
+        if left:
+            session.run("docker", "image", "rm", "--force", *left, external=True, silent=True)
         if ours:
             engine(session, "stop")
 

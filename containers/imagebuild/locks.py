@@ -24,16 +24,42 @@ LOCK_INPUT = CONTAINERS / "requirements.in"
 
 @dataclasses.dataclass(frozen=True)
 class Platform:
-    """A CPU and the oldest glibc an image built for it has: what a lock is resolved for."""
+    """A CPU and the oldest glibc an image built for it has: what a lock is resolved for,
+    and what a machine of another CPU needs to know to fetch and install its wheels."""
 
-    machine: str  # platform.machine() of the image: "aarch64"
-    docker: str  # docker build --platform: "linux/arm64"
+    machine: str  # platform.machine() of the image, Python's and pip's name: "aarch64"
+    arch: str  # Debian's and Docker's name: "arm64"
     glibc: tuple[int, int]  # manylinux_2_28 is (2, 28)
+
+    @property
+    def docker(self) -> str:
+        """docker build --platform: linux/arm64."""
+        return f"linux/{self.arch}"
+
+    @property
+    def python(self) -> str:
+        """sysconfig.get_platform() on it: linux-aarch64 (install-python.sh CROSS_PLATFORM)."""
+        return f"linux-{self.machine}"
 
     @property
     def uv(self) -> str:
         """uv's --python-platform: aarch64-manylinux_2_28."""
         return f"{self.machine}-manylinux_{self.glibc[0]}_{self.glibc[1]}"
+
+    def wheel_tags(self) -> list[str]:
+        """The platform tags of the wheels it runs, most specific first: every manylinux tag
+        its glibc accepts down to manylinux2014 (glibc 2.17). pip takes the tags it is given
+        literally, and the locked files use many of them (torch manylinux_2_28, cuDNN 2_27,
+        cupti 2_25, NCCL 2_18, others manylinux2014)."""
+        major, newest = self.glibc
+        tags = [f"manylinux_{major}_{minor}_{self.machine}" for minor in range(newest, 16, -1)]
+        return [*tags, f"manylinux2014_{self.machine}"]
+
+    def pip_args(self, python_version: str) -> list[str]:
+        """pip download's options for its wheels for CPython ``python_version`` ("3.11")."""
+        abi = "cp" + python_version.replace(".", "")
+        tags = [word for tag in self.wheel_tags() for word in ("--platform", tag)]
+        return [*tags, "--python-version", python_version, "--implementation", "cp", "--abi", abi]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +89,7 @@ CUDA_12_8_BASE = (
     "@sha256:133c78a0575303be34164d0b90137a042172bdf60696af01a3c424ab402d86e2"
 )
 # torch's aarch64 wheels are manylinux_2_28 (glibc 2.28: RHEL 8, Debian 10, Ubuntu 20.04 on).
-AARCH64 = Platform(machine="aarch64", docker="linux/arm64", glibc=(2, 28))
+AARCH64 = Platform(machine="aarch64", arch="arm64", glibc=(2, 28))
 LOCKS: dict[str, Lock] = {
     "pypi": Lock(),  # PyPI's torch as requirements/train.txt pins it: CUDA 13, no V100
     # PyTorch's CPU wheels: a smaller cpu image. Not committed: its index is out of reach

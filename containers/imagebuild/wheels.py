@@ -25,13 +25,19 @@ class WheelServerError(RuntimeError):
     """The wheel server did not start on any of the ports tried."""
 
 
-def download_command(lock_file: Path, mpi4py_wheel: bool, dest: Path = WHEELHOUSE) -> list[str]:
+def download_command(
+    lock_file: Path,
+    mpi4py_wheel: bool,
+    dest: Path = WHEELHOUSE,
+    target: Sequence[str] = (),
+) -> list[str]:
     """pip's command (run by the session's python) that fetches every file of ``lock_file``:
-    mpi4py as its source unless ``mpi4py_wheel`` (the Dockerfile's MPI4PY_BUILD)."""
+    mpi4py as its source unless ``mpi4py_wheel`` (the Dockerfile's MPI4PY_BUILD); the wheels
+    for this machine, or for the platform and Python of ``target`` (Platform.pip_args)."""
     return [
         "python", "-m", "pip", "download", "-qq", "--progress-bar", "off",
         "--no-deps", "--require-hashes", "--no-binary", ":none:" if mpi4py_wheel else "mpi4py",
-        "-r", str(lock_file), "--dest", str(dest),
+        *target, "-r", str(lock_file), "--dest", str(dest),
     ]  # fmt: skip
 
 
@@ -65,10 +71,13 @@ def serve(directory: Path, ports: Sequence[int] = SERVER_PORTS) -> Iterator[tupl
 
 
 @contextlib.contextmanager
-def wheelhouse(session: Session, lock_file: Path, mpi4py_wheel: bool) -> Iterator[str]:
-    """Fetch ``lock_file``'s files into WHEELHOUSE and serve them; yield the URL."""
+def wheelhouse(
+    session: Session, lock_file: Path, mpi4py_wheel: bool, target: Sequence[str] = ()
+) -> Iterator[str]:
+    """Fetch ``lock_file``'s files (for ``target``, see download_command) into WHEELHOUSE and
+    serve them; yield the URL."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    session.run(*download_command(lock_file, mpi4py_wheel))
+    session.run(*download_command(lock_file, mpi4py_wheel, target=target))
     with contextlib.ExitStack() as stack:
         try:
             url, pid = stack.enter_context(serve(WHEELHOUSE))

@@ -68,6 +68,7 @@ def describe(
         "source_date_epoch": env.get("SOURCE_DATE_EPOCH") or None,
         "lock": {"name": args.torch_source, "sha256": lock_sha256},
         "python": platform.python_version(),
+        "machine": platform.machine(),  # the image's CPU: x86_64, aarch64
         "packages": {name: versions(name) for name in PACKAGES},
         "open_mpi": mpi,
         "deepspeed_build_ops": env.get("DS_BUILD_OPS", "0") == "1",

@@ -21,6 +21,12 @@
 #   DS_BUILD_OPS=1         pre-build DeepSpeed's ops: needs nvcc, i.e. a CUDA devel base
 #   TORCH_CUDA_ARCH_LIST   the GPU architectures those ops are built for (a build has no GPU
 #                          to detect them from)
+#   CROSS_PLATFORM         empty: `deps` installs for the CPU it runs on (the default). A
+#                          platform such as linux-aarch64: `deps` runs on another CPU, with the
+#                          Python version of the image's (the Dockerfile's BUILD_FROM), and
+#                          installs that platform's wheels at the speed of its own CPU (an
+#                          emulated pip takes five times as long). Needs MPI4PY_BUILD=wheel and
+#                          DS_BUILD_OPS=0: nothing can be compiled for the other CPU here.
 set -eu
 
 usage="install-python.sh deps LOCK | ddpimg PKG ENTRYPOINTS"
@@ -48,6 +54,12 @@ install_deps() {
     lock=$1
     [ -f "$lock" ] || die "lock file $lock does not exist" \
         "make it with \`nox -s lock\` where its index is reachable, or choose another TORCH_SOURCE"
+    if [ -n "${CROSS_PLATFORM:-}" ]; then
+        [ "${MPI4PY_BUILD:-source}" = wheel ] || die "CROSS_PLATFORM=$CROSS_PLATFORM: mpi4py cannot be compiled for another CPU" \
+            "pass MPI4PY_BUILD=wheel (its wheel loads the image's Open MPI at run time)"
+        [ "${DS_BUILD_OPS:-0}" = 0 ] || die "CROSS_PLATFORM=$CROSS_PLATFORM: DeepSpeed's ops cannot be compiled for another CPU" \
+            "build on a $CROSS_PLATFORM machine, or pass DS_BUILD_OPS=0"
+    fi
 
     if [ "${DS_BUILD_OPS:-0}" = 1 ]; then
         command -v nvcc >/dev/null 2>&1 || die "DS_BUILD_OPS=1 needs nvcc, which this build stage lacks" \
@@ -90,6 +102,19 @@ install_deps() {
     fi
 
     python3 -m venv "$venv"
+    if [ -n "${CROSS_PLATFORM:-}" ]; then
+        # sysconfig.get_platform(), and so pip's idea of which wheels fit, reads this variable:
+        # CPython's own cross builds set it.
+        _PYTHON_HOST_PLATFORM=$CROSS_PLATFORM \
+            $pip install "$@" --require-hashes --no-deps --only-binary :all: -r "$work/binary.txt"
+        # DeepSpeed (pure Python without pre-built ops) in an isolated build environment: its
+        # setup.py imports torch where it can, and the venv's is for the other CPU. It then
+        # records torch "0.0" for the pre-built ops it has none of (ds_report's "compiled w."
+        # line), the one difference from a build on the image's own CPU.
+        $pip install "$@" --require-hashes --no-deps --use-pep517 -r "$work/source.txt"
+        rm -rf "$work"
+        return
+    fi
     $pip install "$@" --require-hashes --no-deps --only-binary :all: -r "$work/binary.txt"
     # No build isolation: mpi4py's and DeepSpeed's build tools (and torch, for DeepSpeed) come
     # from the lock, already installed above, instead of unhashed downloads. DeepSpeed has
@@ -104,6 +129,12 @@ install_deps() {
 install_ddpimg() {
     package=$1
     entrypoints=${2:?usage: $usage}
+    # The venv may come from a build stage of another CPU (CROSS_PLATFORM): its Python must
+    # be this image's, whose site-packages directory and bytecode it was made for.
+    made_by=$(sed -n 's/^version *= *//p' "$venv/pyvenv.cfg")
+    here=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
+    [ "$made_by" = "$here" ] || die "the venv was made by Python $made_by, this image has $here" \
+        "build the venv (BUILD_FROM) on an image with the Python of the image's base"
     $pip install --disable-pip-version-check --no-input --no-cache-dir --no-deps \
         --no-build-isolation --no-index "$package"
     # Every requirement of every installed package is in the lock.

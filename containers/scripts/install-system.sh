@@ -5,7 +5,10 @@
 #
 #   install-system.sh runtime   what the final image needs
 #   install-system.sh build     runtime + the Open MPI headers mpi4py is compiled against
-#                               (none with MPI4PY_BUILD=wheel: nothing is compiled against them)
+#                               (none with MPI4PY_BUILD=wheel: nothing is compiled against them);
+#                               with CROSS_PLATFORM set (a build stage that installs another
+#                               CPU's wheels, install-python.sh) only Python and its venv module:
+#                               nothing runs there but pip
 #
 # runtime packages, and why:
 #   openmpi-bin                  Open MPI, built by Debian/Ubuntu with Slurm and PMIx support:
@@ -30,18 +33,26 @@ runtime | build) ;;
     ;;
 esac
 
-packages="ca-certificates openmpi-bin libibverbs1 ibverbs-providers librdmacm1 g++ tini"
+cross=
+[ "$stage" = build ] && [ -n "${CROSS_PLATFORM:-}" ] && cross=1
+packages=
+[ -n "$cross" ] || packages="ca-certificates openmpi-bin libibverbs1 ibverbs-providers librdmacm1 g++ tini"
 if ! command -v python3 >/dev/null 2>&1; then
-    packages="$packages python3 python3-venv python3-dev"
+    packages="$packages python3 python3-venv"
+    [ -n "$cross" ] || packages="$packages python3-dev"
 else
     python3 -c 'import ensurepip' 2>/dev/null || packages="$packages python3-venv"
-    python3 -c '
+    [ -n "$cross" ] || python3 -c '
 import os, sys, sysconfig
 sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 ' || packages="$packages python3-dev"
 fi
-if [ "$stage" = build ] && [ "${MPI4PY_BUILD:-source}" = source ]; then
+if [ "$stage" = build ] && [ -z "$cross" ] && [ "${MPI4PY_BUILD:-source}" = source ]; then
     packages="$packages libopenmpi-dev"
+fi
+if [ -z "$packages" ]; then
+    echo "install-system.sh: nothing to install"
+    exit 0
 fi
 
 export DEBIAN_FRONTEND=noninteractive

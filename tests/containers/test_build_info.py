@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,7 @@ def test_the_written_file_is_what_manifest_json_reads(tmp_path: Path) -> None:
     assert info["build_date"] == "1970-01-02T00:00:00Z"
     assert info["revision"] == "r1"
     assert len(info["lock"]["sha256"]) == 64
+    assert info["machine"] == platform.machine()
 
 
 def test_the_image_puts_the_file_where_manifest_json_looks() -> None:

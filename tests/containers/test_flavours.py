@@ -2,9 +2,11 @@
 
 Asked inside the images, without a GPU: ``torch._C._cuda_getArchFlags()`` lists the
 architectures torch's kernels were compiled for. The CUDA 12.8 image must cover the V100
-(sm 7.0) and the CUDA 13 image must not (the reason the CUDA 12.8 flavour exists), and the
-CUDA 12.8 image must train on the CPU like the others. ``DDPIMG_FLAVOUR_IMAGES`` names the
-images (conftest.py); each one's build-info file says which lock it was built from.
+(sm 7.0) and the CUDA 13 image must not (the reason the CUDA 12.8 flavour exists); the arm64
+image must be an aarch64 image whose torch covers the GH200 (sm 9.0). The GPU images must
+train on the CPU like the others, the arm64 one under qemu (containers/engine.sh emulator).
+``DDPIMG_FLAVOUR_IMAGES`` names the images (conftest.py); each one's build-info file says
+which lock it was built from.
 """
 
 from __future__ import annotations
@@ -18,12 +20,21 @@ import pytest
 
 from ddpimg.hardware.builds import BUILDS, TorchBuild, build_for_torch
 from ddpimg.hardware.compat import parse_arch_flags
-from tests.containers.test_smoke import OUT, READ_ONLY, docker_run, mounted
-from tests.integration.runs import QUICK_TRAIN, read_metrics, summary
+from tests.containers.test_smoke import OUT, READ_ONLY, docker_env, docker_run, mounted
+from tests.integration.runs import QUICK_TRAIN, read_metrics, run, summary
 
 pytestmark = pytest.mark.docker
 
 V100 = (7, 0)
+GH200 = (9, 0)
+# Emulated, torch takes ~30 s to import and every step runs under qemu: QUICK_TRAIN's
+# mnist run (the default trainer, synthetic data), shortened to 4 small steps.
+EMULATED_TRAIN = [
+    "mnist", "--data", "synthetic", "--epochs", "1", "--max-steps", "4", "--log-every", "1",
+    "--global-batch-size", "16", "--train-samples", "64", "--eval-samples", "32", "--seed", "7",
+]  # fmt: skip
+# What each GPU image trains on the CPU, by its lock: the arguments and the steps logged.
+TRAINING = {"pypi-cu128": (QUICK_TRAIN, 8), "pypi-arm64": (EMULATED_TRAIN, 4)}
 PROBE = (
     "import json, platform, torch\n"
     "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
@@ -38,8 +49,10 @@ def facts(flavour_images: list[str]) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for image in flavour_images:
         info = json.loads(docker_run(image, ["cat", "/etc/ddpimg/build-info.json"]).stdout)
-        torch = json.loads(docker_run(image, ["python3", "-c", PROBE], timeout=120).stdout)
-        found[image] = {"info": info, "torch": torch}
+        torch = json.loads(docker_run(image, ["python3", "-c", PROBE], timeout=300).stdout)
+        inspect = run(["docker", "image", "inspect", image], docker_env(), timeout=60)
+        config = json.loads(inspect.stdout)[0]
+        found[image] = {"info": info, "torch": torch, "architecture": config["Architecture"]}
     return found
 
 
@@ -89,22 +102,37 @@ def test_only_the_cuda12_image_runs_on_a_v100(facts: dict[str, dict[str, Any]]) 
     assert all(arch > V100 for arch in ptx)
 
 
-def test_the_cuda12_image_trains_on_the_cpu(
-    facts: dict[str, dict[str, Any]], tmp_path: Path
+def test_the_arm64_image_is_an_aarch64_image_for_the_gh200(
+    facts: dict[str, dict[str, Any]],
 ) -> None:
-    image = image_of(facts, "pypi-cu128")
+    fact = facts[image_of(facts, "pypi-arm64")]
+    assert fact["architecture"] == "arm64"  # what docker and apptainer pull and run it as
+    assert fact["torch"]["machine"] == fact["info"]["machine"] == "aarch64"
+    assert "sm_90" in fact["torch"]["flags"].split()
+    archs, _ = parse_arch_flags(fact["torch"]["flags"].split())
+    assert GH200 in archs
+
+
+@pytest.mark.parametrize("lock", sorted(TRAINING))
+def test_each_gpu_image_trains_on_the_cpu(
+    facts: dict[str, dict[str, Any]], tmp_path: Path, lock: str
+) -> None:
+    image = image_of(facts, lock)
+    arguments, steps = TRAINING[lock]
     tmp_path.chmod(0o777)  # the image's user (uid 1000) writes there
     options = [*READ_ONLY, *mounted(tmp_path)]
-    docker_run(image, ["train", "--site", "local", *QUICK_TRAIN, "--out", f"{OUT}/run"],
-               options=options, timeout=600)  # fmt: skip
+    docker_run(image, ["train", "--site", "local", *arguments, "--out", f"{OUT}/run"],
+               options=options, timeout=900)  # fmt: skip
     metrics = read_metrics(tmp_path / "run")
     losses = [m["loss"] for m in metrics if m["kind"] == "train"]
-    assert len(losses) == 8
+    assert len(losses) == steps
     assert all(math.isfinite(loss) for loss in losses)
     assert any(m["kind"] == "eval" for m in metrics)
     assert summary(tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    build = build_of(facts[image])
     assert manifest["status"] == "completed"
-    assert manifest["versions"]["torch"].split("+")[0] == BUILDS["cuda12"].torch_version
-    assert manifest["versions"]["cuda"] == BUILDS["cuda12"].cuda_version
-    assert manifest["versions"]["image"]["lock"]["name"] == "pypi-cu128"
+    assert manifest["versions"]["torch"].split("+")[0] == build.torch_version
+    assert manifest["versions"]["cuda"] == build.cuda_version
+    assert manifest["versions"]["image"]["lock"]["name"] == lock
+    assert manifest["versions"]["image"]["machine"] == build.machine

@@ -21,6 +21,7 @@ FACTS = {"REVISION": "abc", "SOURCE_DATE_EPOCH": "1", "CREATED": "x", "VERSION":
         (["cpu"], "cpu", "pypi", "ddpimg:cpu"),
         (["gpu"], "gpu", "pypi", "ddpimg:gpu"),
         (["gpu", "--torch", "pypi-cu128"], "gpu", "pypi-cu128", "ddpimg:gpu-cu128"),
+        (["gpu", "--torch", "pypi-arm64"], "gpu", "pypi-arm64", "ddpimg:gpu-arm64"),
         (["cpu", "--torch", "cpu"], "cpu", "cpu", "ddpimg:cpu"),
         (["cpu", "--tag", "me/x:1"], "cpu", "pypi", "me/x:1"),
     ],
@@ -68,6 +69,21 @@ def test_a_local_build_takes_the_local_base_and_the_wheel_server() -> None:
     assert args["TORCH_CUDA_ARCH_LIST"] == "9.0"
 
 
+def test_a_local_arm64_build_on_x86_64_builds_the_venv_on_this_machines_base() -> None:
+    args = images.build_args(images.ARM64_BUILD, FACTS, "http://127.0.0.1:1/", "x86_64")
+    assert args["GPU_BASE"] == "ddpimg-base:bookworm-arm64"  # the image: arm64, emulated
+    assert args["BUILD_FROM"] == images.LOCAL_BASE  # its venv: built at x86-64 speed
+    assert args["CROSS_PLATFORM"] == "linux-aarch64"
+    assert args["MPI4PY_BUILD"] == "wheel"
+
+
+def test_a_local_arm64_build_on_aarch64_is_a_plain_one() -> None:
+    args = images.build_args(images.ARM64_BUILD, FACTS, "http://127.0.0.1:1/", "aarch64")
+    assert args["GPU_BASE"] == "ddpimg-base:bookworm-arm64"
+    assert "CROSS_PLATFORM" not in args
+    assert "BUILD_FROM" not in args
+
+
 def test_every_build_arg_is_declared_in_the_dockerfile() -> None:
     declared = {i.args.partition("=")[0] for i in read_dockerfile() if i.keyword == "ARG"}
     build = ImageBuild(
@@ -75,6 +91,7 @@ def test_every_build_arg_is_declared_in_the_dockerfile() -> None:
     )
     local = dataclasses.replace(build, local=True)
     passed = set(images.build_args(build, FACTS)) | set(images.build_args(local, FACTS, "u"))
+    passed |= set(images.build_args(images.ARM64_BUILD, FACTS, "u", "x86_64"))
     assert passed <= declared
 
 
@@ -97,7 +114,27 @@ def test_docker_commands_without_a_local_registry_use_the_default_network(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "build", [images.SMOKE_BUILD, images.CUDA12_BUILD, *images.BENCH_BUILDS], ids=str
+    ("local", "machine", "platform"),
+    [
+        (False, "x86_64", "linux/arm64"),  # every step emulated, the bases pulled for arm64
+        (True, "x86_64", None),  # the local bases carry their platforms
+        (False, "aarch64", None),  # native
+        (True, "aarch64", None),
+    ],
+)
+def test_docker_commands_name_the_platform_of_an_emulated_build(
+    tmp_path: Path, local: bool, machine: str, platform: str | None
+) -> None:
+    build = dataclasses.replace(images.ARM64_BUILD, local=local)
+    for command in images.docker_commands(build, tmp_path, {}, machine):
+        named = command[command.index("--platform") + 1] if "--platform" in command else None
+        assert named == platform
+
+
+@pytest.mark.parametrize(
+    "build",
+    [images.SMOKE_BUILD, images.CUDA12_BUILD, images.ARM64_BUILD, *images.BENCH_BUILDS],
+    ids=str,
 )
 def test_the_builds_ci_makes_have_their_lock(build: ImageBuild) -> None:
     assert locks.missing_lock(build.torch) is None
@@ -109,6 +146,16 @@ def test_build_image_stops_before_docker_without_the_lock(
     monkeypatch.setitem(locks.LOCKS, "nope", locks.Lock())
     with pytest.raises(SessionError, match=r"containers/lock/nope\.txt does not exist"):
         images.build_image(session, ImageBuild("cpu", "t", "nope", local=True))
+    assert not session.runs
+
+
+def test_an_arm64_build_here_cannot_prebuild_deepspeeds_ops(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(images, "host_machine", lambda: "x86_64")
+    build = dataclasses.replace(images.ARM64_BUILD, ds_build_ops="nvidia/cuda:13.0.3-devel")
+    with pytest.raises(SessionError, match="DeepSpeed's ops cannot be compiled for aarch64"):
+        images.build_image(session, build)
     assert not session.runs
 
 

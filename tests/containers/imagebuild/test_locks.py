@@ -78,6 +78,35 @@ def test_a_lock_without_a_platform_is_universal(name: str) -> None:
     assert "--python-platform" not in command
 
 
+def test_the_aarch64_platform_names() -> None:
+    platform = locks.AARCH64
+    assert (platform.docker, platform.python, platform.uv) == (
+        "linux/arm64",
+        "linux-aarch64",
+        "aarch64-manylinux_2_28",
+    )
+
+
+def test_wheel_tags_are_every_manylinux_tag_of_its_glibc_newest_first() -> None:
+    tags = locks.AARCH64.wheel_tags()
+    assert tags[0] == "manylinux_2_28_aarch64"
+    assert tags[-1] == "manylinux2014_aarch64"
+    assert len(tags) == len(set(tags)) == 13  # 2_28 .. 2_17, and manylinux2014 (= 2_17)
+    # The tags of the arm64 lock's files that a list of only 2_28 and 2_17 misses.
+    assert {"manylinux_2_27_aarch64", "manylinux_2_25_aarch64", "manylinux_2_18_aarch64"} < set(
+        tags
+    )
+
+
+def test_pip_args_name_each_tag_and_the_python() -> None:
+    args = locks.AARCH64.pip_args("3.11")
+    platforms = [args[i + 1] for i, word in enumerate(args) if word == "--platform"]
+    assert platforms == locks.AARCH64.wheel_tags()
+    assert args[args.index("--python-version") + 1] == "3.11"
+    assert args[args.index("--implementation") + 1] == "cp"
+    assert args[args.index("--abi") + 1] == "cp311"
+
+
 def test_the_arm64_lock_is_resolved_for_aarch64_manylinux_2_28() -> None:
     command = locks.compile_command("pypi-arm64")
     assert command[command.index("--python-platform") + 1] == "aarch64-manylinux_2_28"

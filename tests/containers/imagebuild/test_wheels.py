@@ -21,6 +21,14 @@ def test_download_command(mpi4py_wheel: bool, no_binary: str, tmp_path: Path) ->
     assert command[command.index("-r") + 1] == "containers/lock/pypi.txt"
     assert command[command.index("--dest") + 1] == str(tmp_path)
     assert {"--no-deps", "--require-hashes"} <= set(command)
+    assert "--platform" not in command  # this machine's own wheels
+
+
+def test_download_command_for_another_platform(tmp_path: Path) -> None:
+    target = ["--platform", "manylinux_2_28_aarch64", "--python-version", "3.11"]
+    command = wheels.download_command(Path("l.txt"), True, tmp_path, target)
+    start = command.index("--platform")
+    assert command[start : start + len(target)] == target
 
 
 @pytest.fixture
