@@ -233,6 +233,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         sync_batchnorm=args.sync_batchnorm,
         size=args.size,
         seq_len=args.seq_len,
+        eval_data=args.eval_data,
+        init_from=args.init_from,
         gpus_per_replica=args.gpus_per_replica,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
