@@ -160,3 +160,51 @@ def write_token_corpus(
             write_llmc_shard(path, part[first : first + shard_tokens], shard_format)
             written[split].append(path)
     return written
+
+
+def data_gym_bytes() -> dict[int, str]:
+    """GPT-2's byte -> printable character table of its encoding files (``bytes_to_unicode``
+    of its encoder.py): printable bytes but space stand for themselves, the others for
+    characters from U+0100 on."""
+    order = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    table = {b: chr(b) for b in order}
+    shifted = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + shifted)
+            shifted += 1
+    return table
+
+
+def byte_rank_order() -> list[int]:
+    """The ranks GPT-2's encoding gives single bytes: printable ones first (tiktoken's
+    ``data_gym_to_mergeable_bpe_ranks``)."""
+    order = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    return order + [b for b in range(256) if b not in order]
+
+
+SMALL_MERGES = (("t", "h"), ("th", "e"), (" ", "the"), ("a", "n"), ("an", "d"), (" ", "and"))
+
+
+def write_small_encoding(
+    directory: Path, merges: Sequence[tuple[str, str]] = SMALL_MERGES
+) -> dict[bytes, int]:
+    """A GPT-2-style BPE of 256 bytes and ``merges``, as GPT-2's release files
+    (``vocab.bpe``, ``encoder.json``); returns its mergeable ranks (what tiktoken takes)."""
+    import json
+
+    table = data_gym_bytes()
+    ranks = {bytes([b]): rank for rank, b in enumerate(byte_rank_order())}
+    lines = []
+    for first, second in merges:
+        ranks[first.encode() + second.encode()] = len(ranks)
+        lines.append(
+            "".join(table[b] for b in first.encode()) + " "
+            + "".join(table[b] for b in second.encode())
+        )  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.bpe").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
+    encoder = {"".join(table[b] for b in token): rank for token, rank in ranks.items()}
+    encoder["<|endoftext|>"] = len(ranks)
+    (directory / "encoder.json").write_text(json.dumps(encoder))
+    return ranks

@@ -40,7 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sbatch_cmd",
     ),
     "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
-    "data": ("prepare datasets: pack an image tree into shards, index a dataset", "data_cmd"),
+    "data": (
+        "prepare datasets: pack an image tree into shards, index a dataset, tokenize text",
+        "data_cmd",
+    ),
 }
 
 
