@@ -137,13 +137,13 @@ def test_missing_and_empty_paths_are_named(tmp_path: Path) -> None:
 def test_vocabulary_by_format_or_tokenizer_record(tmp_path: Path) -> None:
     write_token_corpus(tmp_path / "v7", train_tokens=900, val_tokens=100, shard_tokens=1000,
                        kind="llm.c v7")  # fmt: skip
-    assert declared_vocabulary(open_splits(str(tmp_path / "v7")))[0] == 128256
+    assert declared_vocabulary(open_splits(str(tmp_path / "v7"))).size == 128256
     write_token_corpus(tmp_path / "v1", train_tokens=900, val_tokens=100, shard_tokens=1000)
-    assert declared_vocabulary(open_splits(str(tmp_path / "v1")))[0] == 50257
+    assert declared_vocabulary(open_splits(str(tmp_path / "v1"))).size == 50257
     (tmp_path / "v1" / "tokenizer.json").write_text('{"tokenizer": "bytes", "vocabulary": 257}')
-    vocabulary, source = declared_vocabulary(open_splits(str(tmp_path / "v1")))
-    assert vocabulary == 257
-    assert "tokenizer.json (bytes)" in source
+    vocabulary = declared_vocabulary(open_splits(str(tmp_path / "v1")))
+    assert (vocabulary.size, vocabulary.eot) == (257, None)
+    assert "tokenizer.json (bytes)" in vocabulary.source
 
 
 def test_windows_are_consecutive_and_stay_inside_their_shard(tmp_path: Path) -> None:

@@ -68,13 +68,20 @@ class ShardFormat:
     dtype: np.dtype[np.unsignedinteger]
     header_bytes: int
     vocabulary: int
+    #: The token that delimits documents: GPT-2's <|endoftext|>, LLaMA 3's <|begin_of_text|>
+    #: (what llm.c's scripts put before every document).
+    eot: int
     magic: int | None = None
     version: int | None = None
 
 
-LLMC_V1 = ShardFormat("llm.c v1", np.dtype("<u2"), HEADER_BYTES, GPT2_VOCABULARY, 20240520, 1)
-LLMC_V7 = ShardFormat("llm.c v7", np.dtype("<u4"), HEADER_BYTES, LLAMA3_VOCABULARY, 20240801, 7)
-NANOGPT = ShardFormat("nanoGPT", np.dtype("<u2"), 0, GPT2_VOCABULARY)
+LLMC_V1 = ShardFormat(
+    "llm.c v1", np.dtype("<u2"), HEADER_BYTES, GPT2_VOCABULARY, 50256, 20240520, 1
+)
+LLMC_V7 = ShardFormat(
+    "llm.c v7", np.dtype("<u4"), HEADER_BYTES, LLAMA3_VOCABULARY, 128000, 20240801, 7
+)
+NANOGPT = ShardFormat("nanoGPT", np.dtype("<u2"), 0, GPT2_VOCABULARY, 50256)
 LLMC_FORMATS = {shard_format.magic: shard_format for shard_format in (LLMC_V1, LLMC_V7)}
 
 
@@ -236,23 +243,36 @@ def open_splits(data: str, eval_data: str | None = None) -> TokenSplits:
     return splits
 
 
-def declared_vocabulary(splits: TokenSplits) -> tuple[int, str]:
-    """The data's vocabulary and where it comes from: ``tokenizer.json`` beside the first
-    training shard (``ddpimg data tokenize`` writes it), else the format's tokenizer."""
+@dataclass(frozen=True)
+class Vocabulary:
+    """The tokens a dataset's ids come from: ``size`` of them, ``eot`` delimiting documents
+    (None when not known), and where that is known from (``source``)."""
+
+    size: int
+    eot: int | None
+    source: str
+
+
+def declared_vocabulary(splits: TokenSplits) -> Vocabulary:
+    """The data's vocabulary: ``tokenizer.json`` beside the first training shard (``ddpimg
+    data tokenize`` writes it), else the format's tokenizer's."""
     path = splits.train[0].path.parent / TOKENIZER_FILE
     if path.is_file():
         try:
             recorded = json.loads(path.read_text(encoding="utf-8"))
-            vocabulary = int(recorded["vocabulary"])
+            size = int(recorded["vocabulary"])
+            eot = recorded.get("eot_token")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise DataError(
                 f"--data: {path} cannot be read as ddpimg's tokenizer record ({err})",
                 hint="write the shards again with `ddpimg data tokenize`, or remove the file",
             ) from err
-        return vocabulary, f"{path} ({recorded.get('tokenizer', 'unknown')})"
+        source = f"{path} ({recorded.get('tokenizer', 'unknown')})"
+        return Vocabulary(size, None if eot is None else int(eot), source)
     shard_format = splits.format
     tokenizer = "LLaMA 3" if shard_format is LLMC_V7 else "GPT-2"
-    return shard_format.vocabulary, f"{tokenizer}'s, as {shard_format.name} files have"
+    source = f"{tokenizer}'s, as {shard_format.name} files have"
+    return Vocabulary(shard_format.vocabulary, shard_format.eot, source)
 
 
 def scan_max_token(shard: TokenShard, chunk_tokens: int = 1 << 23) -> int:

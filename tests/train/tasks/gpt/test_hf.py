@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import TrainConfig
@@ -19,8 +20,6 @@ from ddpimg.train.tasks.gpt.hf import load_pretrained, read_config, write_hf_dir
 from ddpimg.train.tasks.gpt.model import Gpt
 from ddpimg.train.tasks.gpt.task import GptTask
 from tests.train.contexts import single_process
-
-transformers = pytest.importorskip("transformers")
 
 TOLERANCE = 1e-5
 

@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ddpimg.data import tokenindex
-from ddpimg.data.tokenshards import TokenSplits, WindowReader, declared_vocabulary, open_splits
+from ddpimg.data.tokenshards import (
+    TokenSplits,
+    Vocabulary,
+    WindowReader,
+    declared_vocabulary,
+    open_splits,
+)
 from ddpimg.errors import DataError
 from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.seeding import derive_seed
@@ -130,18 +136,15 @@ def synthetic_sequences(
 
 @dataclass(frozen=True)
 class ShardData:
-    """A token dataset's shards and the vocabulary its tokens come from (``source`` says
-    how that is known)."""
+    """A token dataset's shards and the vocabulary its tokens come from."""
 
     splits: TokenSplits
-    vocabulary: int
-    vocabulary_source: str
+    vocabulary: Vocabulary
 
     @classmethod
     def open(cls, data: str, eval_data: str | None) -> ShardData:
         splits = open_splits(data, eval_data)
-        vocabulary, source = declared_vocabulary(splits)
-        return cls(splits, vocabulary, source)
+        return cls(splits, declared_vocabulary(splits))
 
     def check_tokens(self, out: Path, ctx: DistContext, limit: int, limit_source: str) -> None:
         """Every token below ``limit`` (collective: rank 0 scans what the index does not
@@ -199,7 +202,8 @@ class ShardData:
             "eval_shards": [str(shard.path) for shard in splits.val],
             "train_tokens": sum(shard.tokens for shard in splits.train),
             "eval_tokens": sum(shard.tokens for shard in splits.val),
-            "vocabulary_from": self.vocabulary_source,
+            "vocabulary_from": self.vocabulary.source,
+            "eot_token": self.vocabulary.eot,
         }
 
 

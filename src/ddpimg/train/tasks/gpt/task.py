@@ -103,13 +103,13 @@ class GptTask:
         shape = SIZES[self.size].shape
         if self.shards is None:
             return shape
-        return replace(shape, vocab_size=padded_vocabulary(self.shards.vocabulary))
+        return replace(shape, vocab_size=padded_vocabulary(self.shards.vocabulary.size))
 
     @property
     def vocabulary(self) -> int:
         """The tokens the data can hold: what the model's output is cut to on export."""
         if self.shards is not None and self.pretrained is None:
-            return self.shards.vocabulary
+            return self.shards.vocabulary.size
         return self.shape.vocab_size
 
     def datasets(self) -> tuple[Dataset, Dataset]:
@@ -128,8 +128,8 @@ class GptTask:
             )
         if self.pretrained is None:
             limit, limit_source = (
-                self.shards.vocabulary,
-                f"the data's vocabulary ({self.shards.vocabulary_source})",
+                self.shards.vocabulary.size,
+                f"the data's vocabulary ({self.shards.vocabulary.source})",
             )
         else:
             limit, limit_source = (
