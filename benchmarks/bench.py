@@ -10,6 +10,7 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``overhead``: DDP on 1 rank vs the bare model, 2 ranks vs 1, ZeRO 0-3 and FSDP vs DDP.
 * ``image``: image sizes, build times, container start time.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
+* ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--out benchmarks/results] [--markdown FILE]
@@ -33,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parts import ab, env, gpu, image, overhead, rendezvous, startup, topology
+from parts import ab, env, gpu, image, overhead, rendezvous, startup, tokens, topology
 from parts.common import HERE, Row
 
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
@@ -45,6 +46,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "overhead": lambda ns: overhead.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
+    "tokens": lambda ns: tokens.run(ns.repeats),
 }
 
 
