@@ -50,7 +50,6 @@ TOKENIZER_FILE = "tokenizer.json"
 # Shards kept mapped per process; older ones are unmapped first (each map holds a file
 # descriptor, and their limit is often 1024).
 OPEN_SHARDS = 128
-_PAGE = mmap.PAGESIZE
 _VAL_WORD = re.compile(r"(^|[_.-])val([_.-]|$)")
 _GLOB_CHARS = frozenset("*?[")
 DATA_HINT = (
@@ -297,10 +296,12 @@ def scan_max_token(shard: TokenShard, chunk_tokens: int = 1 << 23) -> int:
 
 class WindowReader:
     """Windows of ``seq_len + 1`` tokens of a list of shards, by window number, copied out
-    of memory maps. After each copy the pages it touched are handed back
-    (``MADV_DONTNEED``): they stay in the page cache, but not in this process's resident
-    set, which would otherwise grow to the corpus as an epoch touches every page (the
-    reason nanoGPT maps its file anew for every batch)."""
+    of memory maps. After each ``read`` the pages of the maps it touched are handed back
+    (``MADV_DONTNEED`` over the whole map): they stay in the page cache, but not in this
+    process's resident set, which would otherwise grow to the corpus as an epoch touches
+    every page (the reason nanoGPT maps its file anew for every batch). The whole map, not
+    the window's pages: the kernel maps a fault's neighbouring cached pages too
+    (fault-around, 64 KiB), which a window's own range would leave behind."""
 
     def __init__(self, shards: tuple[TokenShard, ...], seq_len: int, count: int | None = None):
         self.shards = shards
@@ -328,14 +329,13 @@ class WindowReader:
         """The windows, int64 (len(windows), seq_len + 1)."""
         out = np.empty((len(windows), self.seq_len + 1), dtype=np.int64)
         shards, firsts = self.locate(np.asarray(windows, dtype=np.int64))
+        touched = {}
         for row, (shard, first) in enumerate(zip(shards.tolist(), firsts.tolist(), strict=True)):
             mapped, tokens = self._map(shard)
             out[row] = tokens[first : first + self.seq_len + 1]
-            itemsize = tokens.itemsize
-            begin = self.shards[shard].format.header_bytes + first * itemsize
-            end = begin + (self.seq_len + 1) * itemsize
-            aligned = begin - begin % _PAGE
-            mapped.madvise(mmap.MADV_DONTNEED, aligned, end - aligned)
+            touched[shard] = mapped
+        for mapped in touched.values():
+            mapped.madvise(mmap.MADV_DONTNEED)
         return out
 
     def _map(self, index: int) -> tuple[mmap.mmap, np.ndarray]:
