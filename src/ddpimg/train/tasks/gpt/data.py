@@ -13,10 +13,11 @@ tokens, the targets the same shifted by one.
   depend on how many are asked for.
 * Shards: the training windows are those of every training shard, in shard order, and
   the loop's order (a permutation drawn from (seed, epoch)) picks among all of them; each
-  rank copies only its own rows of a step out of the memory-mapped files. Before the first
-  step every token is checked against the data's vocabulary (scanned once, kept in the
-  index: ``ddpimg.data.tokenindex``), and the model's vocabulary is the data's, padded to a
-  multiple of 64 (nanoGPT's 50304 for GPT-2's 50257) unless ``--init-from`` fixes it.
+  rank reads only its own rows of a step (a ``pread`` a window, nothing kept resident).
+  Before the first step every token is checked against the data's vocabulary (scanned
+  once, kept in the index: ``ddpimg.data.tokenindex``), and the model's vocabulary is the
+  data's, padded to a multiple of 64 (nanoGPT's 50304 for GPT-2's 50257) unless
+  ``--init-from`` fixes it.
 """
 
 from __future__ import annotations
