@@ -190,3 +190,22 @@ def test_reading_every_window_leaves_the_resident_set_as_it_was(tmp_path: Path, 
     grown_mb = (_rss_kb() - before) / 1024
     # A memory map of the shard, left as it is, would add up to its 64 MiB.
     assert grown_mb < 8, f"the resident set grew by {grown_mb:.1f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype", "header", "vocab"),
+    [("llm.c v7", "<u4", HEADER_BYTES, 128_256), ("nanoGPT", "<u2", 0, 50_257)],
+)
+def test_windows_of_every_format(
+    tmp_path: Path, kind: str, dtype: str, header: int, vocab: int
+) -> None:
+    written = write_token_corpus(
+        tmp_path, train_tokens=100, val_tokens=10, shard_tokens=100, kind=kind, vocab=vocab
+    )
+    tokens = np.fromfile(written["train"][0], dtype=dtype, offset=header)
+    reader = WindowReader(open_splits(str(tmp_path)).train, seq_len=9)
+    assert len(reader) == 11
+    assert reader.read(np.array([10, 1])).tolist() == [
+        tokens[90:100].tolist(),
+        tokens[9:19].tolist(),
+    ]
