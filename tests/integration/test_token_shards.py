@@ -90,3 +90,17 @@ def test_srun_tasks_stop_resume_and_follow_one_process(
     assert manifest["resumed_from"]["step"] == 5
     assert summary(tmp_path)["world_size"] == 2
     assert_close(train_losses(tmp_path), one_process, REL, "shards, srun -n 2 resumed vs 1")
+
+
+@pytest.mark.torchrun
+def test_a_token_beyond_the_vocabulary_stops_every_rank(
+    tmp_path: Path, run_env: dict[str, str], corpus: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for shard in corpus.glob("*.bin"):
+        (data / shard.name).write_bytes(shard.read_bytes())
+    (data / "tokenizer.json").write_text('{"tokenizer": "too small", "vocabulary": 100}')
+    failed = run(train(data, tmp_path / "out", "--nproc-per-node", "2"), run_env, check=False)
+    assert failed.returncode == 2
+    assert "corpus_train_000000.bin holds token 256, beyond the data's vocabulary" in failed.stderr
