@@ -306,13 +306,13 @@ class WindowReader:
     is grows to the corpus as an epoch touches every page (the reason nanoGPT maps its file
     anew for every batch). A ``pread`` per window costs about as much as a page fault."""
 
-    def __init__(self, shards: tuple[TokenShard, ...], seq_len: int, count: int | None = None):
+    def __init__(self, shards: tuple[TokenShard, ...], seq_len: int) -> None:
         self.shards = shards
         self.seq_len = seq_len
         counts = np.array([shard.windows(seq_len) for shard in shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)])
-        total = int(self.starts[-1])
-        self.count = total if count is None else min(count, total)
+        #: The windows used (the first ``count``; ``--train-samples`` may take fewer).
+        self.count = int(self.starts[-1])
         self._files: OrderedDict[int, int] = OrderedDict()
 
     @property
