@@ -6,7 +6,8 @@
   steps in milliseconds on a CPU, so any cost of reading windows shows at its largest here.
 * Memory: the peak resident set (``wait4``'s ``ru_maxrss``) of a 1-process run on a corpus
   of 2M and of 40M tokens, first run included (it scans the corpus once for its largest
-  token), 400 steps of random windows over either.
+  token), 400 steps of random windows over either. ``ru_maxrss`` counts the parent's resident
+  set at the ``exec`` too, so this driver writes the corpora in chunks and holds none.
 * Tokenizing: ``ddpimg data tokenize`` against nanoGPT's ``data/openwebtext/prepare.py``
   way (``encode_ordinary`` per document plus the end-of-text token, ``num_proc`` processes
   mapping over the documents, then the ids copied into a uint16 memmap; without the
@@ -57,14 +58,22 @@ WORDS = VOCABULARY.split()
 
 def corpus(root: Path, tokens: int) -> Path:
     """An llm.c corpus of ``tokens`` random tokens of a vocabulary of 256 (as its
-    tokenizer.json says): a 50th for validation, the rest one training shard."""
-    from ddpimg.data.tokenshards import write_llmc_shard
+    tokenizer.json says): a 50th for validation, the rest one training shard. Written a
+    million tokens at a time: a child's peak RSS (``wait4``) starts from this process's at
+    the ``exec``, so this process must never hold a corpus."""
+    from ddpimg.data.tokenshards import HEADER_INTS, LLMC_V1
 
     root.mkdir(parents=True, exist_ok=True)
-    walk = np.random.default_rng(0).integers(0, 256, size=tokens)
+    rng = np.random.default_rng(0)
     val = tokens // 50
-    write_llmc_shard(root / "bench_val_000000.bin", walk[:val])
-    write_llmc_shard(root / "bench_train_000000.bin", walk[val:])
+    for name, count in (("bench_val_000000.bin", val), ("bench_train_000000.bin", tokens - val)):
+        header = np.zeros(HEADER_INTS, dtype="<i4")
+        header[:3] = (LLMC_V1.magic, LLMC_V1.version, count)
+        with (root / name).open("wb") as stream:
+            stream.write(header.tobytes())
+            for first in range(0, count, 1 << 20):
+                size = min(1 << 20, count - first)
+                stream.write(rng.integers(0, 256, size=size, dtype=np.uint16).tobytes())
     (root / "tokenizer.json").write_text(json.dumps({"tokenizer": "bench", "vocabulary": 256}))
     return root
 
