@@ -9,6 +9,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``ab``: ddpimg's trainers against tutorial-style loops (benchmarks/reference/).
 * ``overhead``: DDP on 1 rank vs the bare model, 2 ranks vs 1, ZeRO 0-3 and FSDP vs DDP.
 * ``image``: image sizes, build times, container start time.
+* ``data``: the streamed image pipeline: loader images/s against torchvision's, memory and
+  time to first step at two dataset sizes, resnet18 on files vs synthetic data.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 
@@ -34,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parts import ab, env, gpu, image, overhead, rendezvous, startup, tokens, topology
+from parts import ab, data, env, gpu, image, overhead, rendezvous, startup, tokens, topology
 from parts.common import HERE, Row
 
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
@@ -45,6 +47,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "ab": lambda ns: ab.run(ns.repeats, ns.models.split(",")),
     "overhead": lambda ns: overhead.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
+    "data": lambda ns: data.run(ns.repeats),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
     "tokens": lambda ns: tokens.run(ns.repeats),
 }
