@@ -12,6 +12,7 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``data``: the streamed image pipeline: loader images/s against torchvision's, memory and
   time to first step at two dataset sizes, resnet18 on files vs synthetic data.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
+* ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--out benchmarks/results] [--markdown FILE]
@@ -35,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parts import ab, data, env, gpu, image, overhead, rendezvous, startup, topology
+from parts import ab, data, env, gpu, image, overhead, rendezvous, startup, tokens, topology
 from parts.common import HERE, Row
 
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
@@ -48,6 +49,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
     "data": lambda ns: data.run(ns.repeats),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
+    "tokens": lambda ns: tokens.run(ns.repeats),
 }
 
 

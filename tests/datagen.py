@@ -113,3 +113,99 @@ def write_shards(tree: Path, out: Path, per_shard: int) -> dict[str, list[Path]]
                         tar.addfile(info, io.BytesIO(data))
             written[split].append(path)
     return written
+
+
+def markov_tokens(count: int, vocab: int, seed: int = 0, successors: int = 4) -> np.ndarray:
+    """``count`` tokens of random walks (of 1024 tokens, walked side by side) in which every
+    token has ``successors`` possible next tokens: a corpus a small model learns within a
+    few steps (int64)."""
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, vocab, size=(vocab, successors))
+    length = 1024
+    walks = np.empty((length, -(-count // length)), dtype=np.int64)
+    walks[0] = rng.integers(0, vocab, size=walks.shape[1])
+    for position in range(1, length):
+        choice = rng.integers(0, successors, size=walks.shape[1])
+        walks[position] = table[walks[position - 1], choice]
+    return walks.T.reshape(-1)[:count].copy()
+
+
+def write_token_corpus(
+    root: Path,
+    *,
+    train_tokens: int,
+    val_tokens: int,
+    shard_tokens: int,
+    kind: str = "llm.c v1",
+    vocab: int = 50257,
+    seed: int = 0,
+) -> dict[str, list[Path]]:
+    """A corpus of token shards as llm.c (``kind`` "llm.c v1" / "llm.c v7": header + uint16 /
+    uint32, NAME_val_NNNNNN.bin first, then NAME_train_NNNNNN.bin) or nanoGPT ("nanoGPT":
+    train.bin and val.bin, no header) write them, from ``markov_tokens``."""
+    from ddpimg.data.tokenshards import LLMC_V1, LLMC_V7, write_llmc_shard
+
+    root.mkdir(parents=True, exist_ok=True)
+    tokens = markov_tokens(train_tokens + val_tokens, vocab, seed)
+    parts = {"val": tokens[:val_tokens], "train": tokens[val_tokens:]}
+    written: dict[str, list[Path]] = {"val": [], "train": []}
+    for split, part in parts.items():
+        if kind == "nanoGPT":
+            path = root / f"{split}.bin"
+            part.astype("<u2").tofile(path)
+            written[split].append(path)
+            continue
+        shard_format = {"llm.c v1": LLMC_V1, "llm.c v7": LLMC_V7}[kind]
+        for number, first in enumerate(range(0, len(part), shard_tokens)):
+            path = root / f"corpus_{split}_{number:06d}.bin"
+            write_llmc_shard(path, part[first : first + shard_tokens], shard_format)
+            written[split].append(path)
+    return written
+
+
+def data_gym_bytes() -> dict[int, str]:
+    """GPT-2's byte -> printable character table of its encoding files (``bytes_to_unicode``
+    of its encoder.py): printable bytes but space stand for themselves, the others for
+    characters from U+0100 on."""
+    order = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    table = {b: chr(b) for b in order}
+    shifted = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + shifted)
+            shifted += 1
+    return table
+
+
+def byte_rank_order() -> list[int]:
+    """The ranks GPT-2's encoding gives single bytes: printable ones first (tiktoken's
+    ``data_gym_to_mergeable_bpe_ranks``)."""
+    order = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    return order + [b for b in range(256) if b not in order]
+
+
+SMALL_MERGES = (("t", "h"), ("th", "e"), (" ", "the"), ("a", "n"), ("an", "d"), (" ", "and"))
+
+
+def write_small_encoding(
+    directory: Path, merges: Sequence[tuple[str, str]] = SMALL_MERGES
+) -> dict[bytes, int]:
+    """A GPT-2-style BPE of 256 bytes and ``merges``, as GPT-2's release files
+    (``vocab.bpe``, ``encoder.json``); returns its mergeable ranks (what tiktoken takes)."""
+    import json
+
+    table = data_gym_bytes()
+    ranks = {bytes([b]): rank for rank, b in enumerate(byte_rank_order())}
+    lines = []
+    for first, second in merges:
+        ranks[first.encode() + second.encode()] = len(ranks)
+        lines.append(
+            "".join(table[b] for b in first.encode()) + " "
+            + "".join(table[b] for b in second.encode())
+        )  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.bpe").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
+    encoder = {"".join(table[b] for b in token): rank for token, rank in ranks.items()}
+    encoder["<|endoftext|>"] = len(ranks)
+    (directory / "encoder.json").write_text(json.dumps(encoder))
+    return ranks

@@ -10,6 +10,12 @@ minute each on two cores). The gpt cells run 20 steps, so the same runs also giv
 acceptance comparisons: 2 processes, and 2 srun tasks, against one process (1e-4
 relative), and DeepSpeed ZeRO-2 against DDP (1e-3 relative). FSDP2 runs on the CPU with
 Gloo, so its cells need no GPU.
+
+The gpt cells' checkpoints (every strategy's format, ZeRO 0-3 included) are exported with
+``ddpimg export`` and proved with transformers: the exported directory loads into
+``GPT2LMHeadModel``, whose loss on the run's evaluation set is the one the run reported for
+the checkpointed model (``--max-steps`` stops inside the epoch: checkpoint, then evaluation
+of that same model).
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
+import transformers
 
+from ddpimg.train.tasks.gpt.data import synthetic_sequences
 from tests.integration.runs import assert_close, command, read_metrics, run, summary, train_losses
 
 COMMON = ["--epochs", "1", "--log-every", "1", "--warmup-steps", "2", "--seed", "3"]
@@ -42,6 +52,7 @@ TRAINERS = {
 }  # fmt: skip
 STRATEGIES = {
     "ddp": ["--strategy", "ddp"],
+    "zero0": ["--strategy", "deepspeed", "--zero-stage", "0"],
     "zero1": ["--strategy", "deepspeed", "--zero-stage", "1"],
     "zero2": ["--strategy", "deepspeed", "--zero-stage", "2"],
     "zero3": ["--strategy", "deepspeed", "--zero-stage", "3"],
@@ -51,7 +62,7 @@ ZERO_STAGES = {
     "mnist": ["zero1"],
     "toy": ["zero2"],
     "resnet": ["zero3"],
-    "gpt": ["zero1", "zero2", "zero3"],
+    "gpt": ["zero0", "zero1", "zero2", "zero3"],
 }
 # What the summary reports on top of samples/s, per trainer.
 THROUGHPUT = {"mnist": set(), "toy": set(), "resnet": {"images_per_s"}, "gpt": {"tokens_per_s"}}
@@ -152,3 +163,49 @@ def test_zero2_follows_ddp_for_20_steps(two_ranks: TwoRankRuns) -> None:
     zero2 = train_losses(two_ranks.out("gpt", "zero2"))
     assert len(ddp) == 20
     assert_close(zero2, ddp, ZERO_REL, "gpt, DeepSpeed ZeRO-2 vs DDP")
+
+
+def hf_eval_loss(directory: Path, seq_len: int, samples: int, vocab: int) -> float:
+    """The mean loss of transformers' GPT2LMHeadModel from ``directory`` on the synthetic
+    evaluation windows train gpt evaluates on."""
+    model = transformers.GPT2LMHeadModel.from_pretrained(directory).eval()
+    windows = synthetic_sequences(1, samples, seq_len, vocab)
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).logits
+    per_token = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="none")
+    return float(per_token.view(samples, seq_len).mean(dim=1).mean())
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        pytest.param(name, marks=[pytest.mark.deepspeed] if name.startswith("zero") else [])
+        for name in ["ddp", "fsdp", *ZERO_STAGES["gpt"]]
+    ],
+)
+def test_gpt_checkpoints_export_to_transformers(
+    two_ranks: TwoRankRuns, run_env: dict[str, str], tmp_path: Path, strategy: str
+) -> None:
+    out = two_ranks.out("gpt", strategy)
+    exported = run([command("ddpimg"), "export", str(out), str(tmp_path / "hf")], run_env)
+    assert "step-00000020" in exported.stdout
+    (evaluation,) = [line for line in read_metrics(out) if line["kind"] == "eval"]
+    options = TRAINERS["gpt"]
+    seq_len = int(options[options.index("--seq-len") + 1])
+    samples = int(options[options.index("--eval-samples") + 1])
+    loss = hf_eval_loss(tmp_path / "hf", seq_len, samples, vocab=256)
+    assert loss == pytest.approx(evaluation["loss"], rel=1e-5)
+
+
+@pytest.mark.torchrun
+def test_export_refuses_another_trainers_checkpoint(
+    two_ranks: TwoRankRuns, run_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = two_ranks.out("toy", "ddp")
+    refused = run(
+        [command("ddpimg"), "export", str(out), str(tmp_path / "hf")], run_env, check=False
+    )
+    assert refused.returncode == 2
+    assert "is of the toy trainer" in refused.stderr
+    assert not (tmp_path / "hf").exists()

@@ -1,4 +1,5 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data`` and ``train`` (== ``ddpimg train``).
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export`` and ``train`` (==
+``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
@@ -40,7 +41,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sbatch_cmd",
     ),
     "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
-    "data": ("prepare datasets: pack an image tree into shards, index a dataset", "data_cmd"),
+    "data": (
+        "prepare datasets: pack an image tree into shards, index a dataset, tokenize text",
+        "data_cmd",
+    ),
+    "export": (
+        "write a train gpt checkpoint as a Hugging Face GPT-2 model directory",
+        "export_cmd",
+    ),
 }
 
 

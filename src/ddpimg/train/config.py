@@ -55,6 +55,8 @@ class TrainConfig:
     bad_samples: str | None = None
     size: str | None = None
     seq_len: int | None = None
+    eval_data: str | None = None
+    init_from: str | None = None
     gpus_per_replica: int | None = None
     checkpoint_every: int = 0
     keep_checkpoints: int = 3

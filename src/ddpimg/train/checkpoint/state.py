@@ -28,8 +28,9 @@ LOOP_PT = "loop.pt"
 RNG_DIR = "rng"
 
 # Options that may differ between a run and its resumption: how long it trains, how it
-# logs, evaluates the held-out set, checkpoints and stops, where it writes, how many
-# processes load its data and how it treats unreadable samples. The batch options are
+# logs, evaluates the held-out set (and which one), checkpoints and stops, where it writes,
+# how many processes load its data, how it treats unreadable samples, and the weights it
+# started from (a resumed run loads the checkpoint's). The batch options are
 # replaced by the global batch they give, ``--data`` by its kind (synthetic or files: the
 # same files may move, e.g. staged to node-local disk by each job). Any other option, those
 # added later included, decides the trajectory and must match.
@@ -40,6 +41,8 @@ FREE_TO_CHANGE = frozenset(
         "batch_size",
         "global_batch_size",
         "eval_samples",
+        "eval_data",
+        "init_from",
         "out",
         "deterministic",
         "log_every",

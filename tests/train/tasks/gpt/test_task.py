@@ -17,9 +17,9 @@ from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import TrainShard, epoch_order
 from ddpimg.train.strategies.ddp import DdpStrategy
-from ddpimg.train.tasks import TRAINERS
-from ddpimg.train.tasks.gpt.data import read_text_bytes, synthetic_sequences, windows
+from ddpimg.train.tasks.gpt.data import synthetic_sequences
 from ddpimg.train.tasks.gpt.task import GptTask, peak_bf16_flops
+from tests.datagen import write_token_corpus
 from tests.train.contexts import single_process
 
 CPU = single_process()
@@ -53,63 +53,75 @@ def test_synthetic_sequences_walk_a_chain_of_four_successors() -> None:
     assert float(counts.max() / counts.sum()) > 3 / 64
 
 
-def test_windows_overlap_by_the_last_target() -> None:
-    tokens = torch.arange(10)
-    assert windows(tokens, 3).tolist() == [[0, 1, 2, 3], [3, 4, 5, 6], [6, 7, 8, 9]]
-    assert windows(tokens[:3], 3).shape == (0, 4)
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    write_token_corpus(root, train_tokens=40_000, val_tokens=4_000, shard_tokens=15_000, vocab=300)
+    return root
 
 
-def test_text_file_is_read_as_bytes(tmp_path: Path) -> None:
-    path = tmp_path / "text.txt"
-    path.write_text("héllo", encoding="utf-8")
-    assert read_text_bytes(path).tolist() == list("héllo".encode())
+def test_shards_give_the_model_the_datas_vocabulary_padded(tmp_path: Path, corpus: Path) -> None:
+    task = GptTask(tiny(tmp_path, data=str(corpus)), CPU)
+    assert task.shape.vocab_size == 50304  # llm.c v1: GPT-2's 50257, padded to 64
+    assert task.vocabulary == 50257
+    assert task.shape.n_layer == 2
+    (tmp_path / "bytes").mkdir()
+    for shard in corpus.glob("*.bin"):
+        (tmp_path / "bytes" / shard.name).write_bytes(shard.read_bytes())
+    (tmp_path / "bytes" / "tokenizer.json").write_text('{"tokenizer": "x", "vocabulary": 301}')
+    task = GptTask(tiny(tmp_path, data=str(tmp_path / "bytes")), CPU)
+    assert (task.shape.vocab_size, task.vocabulary) == (320, 301)
+    assert GptTask(TrainConfig(trainer="gpt", out=tmp_path), CPU).shape.vocab_size == 50304
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (
-            b"ok \xff\xfe",
-            r"--data .*text.txt: not UTF-8 text: byte 3 is 0xff \(invalid start byte\)",
-        ),
-        (None, r"--data .*text.txt does not exist\n  hint: give a UTF-8 text file for gpt"),
-    ],
-)
-def test_unreadable_text_is_named(tmp_path: Path, content: bytes | None, message: str) -> None:
-    path = tmp_path / "text.txt"
-    if content is not None:
-        path.write_bytes(content)
-    with pytest.raises(DataError, match=message):
-        read_text_bytes(path)
-
-
-def test_text_file_splits_off_its_last_tenth(tmp_path: Path) -> None:
-    path = tmp_path / "text.txt"
-    path.write_bytes(bytes(32 + i % 89 for i in range(1000)))
-    task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
-    train_set, eval_set = task.datasets()
-    # The last 100 bytes held out -> 12 windows of 9 bytes; 900 bytes -> 112 windows.
-    assert (len(train_set), len(eval_set)) == (112, 12)
-    inputs, targets = train_set.batch(torch.tensor([0, 1]))
-    assert inputs.shape == targets.shape == (2, 8)
-    assert torch.equal(inputs[:, 1:], targets[:, :-1])
-    assert inputs[:, 0].tolist() == [32, 32 + 8]
-    assert eval_set.batch(slice(0, 1))[0][0, 0].item() == 32 + 900 % 89
-
-
-def test_short_text_file_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "text.txt"
-    path.write_text("short")
-    task = TRAINERS["gpt"].factory(tiny(tmp_path, data=str(path), seq_len=8), CPU)
-    with pytest.raises(DataError, match=r"5 bytes leave no training sample of --seq-len 8 \+ 1"):
+def test_a_token_beyond_the_vocabulary_is_an_error(ctx: DistContext, tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    write_token_corpus(root, train_tokens=3000, val_tokens=500, shard_tokens=3000, vocab=300)
+    (root / "tokenizer.json").write_text('{"tokenizer": "small", "vocabulary": 200}')
+    task = GptTask(tiny(tmp_path, data=str(root)), ctx)
+    with pytest.raises(
+        DataError, match=r"corpus_train_000000.bin holds token 29\d, beyond the data's vocabulary"
+    ):
         task.datasets()
 
 
-def test_text_data_uses_the_byte_vocabulary(tmp_path: Path) -> None:
-    task = GptTask(TrainConfig(trainer="gpt", data=str(tmp_path / "a.txt"), out=tmp_path), CPU)
-    assert task.shape.vocab_size == 256
-    assert task.shape.n_layer == 12
-    assert GptTask(TrainConfig(trainer="gpt", out=tmp_path), CPU).shape.vocab_size == 50304
+def test_shard_batches_are_the_windows_the_plan_names(
+    ctx: DistContext, tmp_path: Path, corpus: Path
+) -> None:
+    task = GptTask(tiny(tmp_path, data=str(corpus), seq_len=16), ctx)
+    train_set, eval_set = task.datasets()
+    assert (len(train_set), len(eval_set)) == (2 * (14_999 // 16) + 9_999 // 16, 3_999 // 16)
+    order = epoch_order(len(train_set), seed=1, epoch=1)
+    whole = list(train_set.batches(TrainShard(len(train_set), 8, 0, 1).plan(order, 1, 2, 4)))
+    halves = [
+        list(train_set.batches(TrainShard(len(train_set), 4, rank, 2).plan(order, 1, 2, 4)))
+        for rank in range(2)
+    ]
+    for step, (inputs, targets) in enumerate(whole):
+        assert inputs.shape == targets.shape == (8, 16)
+        assert torch.equal(inputs[:, 1:], targets[:, :-1])
+        joined = torch.cat([halves[0][step][0], halves[1][step][0]])
+        assert torch.equal(inputs, joined)
+    reader = train_set.reader  # type: ignore[attr-defined]
+    first_rows = order[16:24].numpy()
+    assert torch.equal(whole[0][0], torch.from_numpy(reader.read(first_rows))[:, :-1])
+    facts = task.data_facts()
+    assert (facts["format"], facts["train_tokens"], facts["eval_tokens"]) == (
+        "llm.c v1",
+        40_000,
+        4_000,
+    )
+    assert facts["model"]["vocab_size"] == 50304
+
+
+def test_shard_sample_limits(ctx: DistContext, tmp_path: Path, corpus: Path) -> None:
+    task = GptTask(
+        tiny(tmp_path, data=str(corpus), seq_len=32, train_samples=50, eval_samples=7), ctx
+    )
+    train_set, eval_set = task.datasets()
+    assert (len(train_set), len(eval_set)) == (50, 7)
+    with pytest.raises(DataError, match=r"--eval-samples 200 is more than the 124 evaluation"):
+        GptTask(tiny(tmp_path, data=str(corpus), seq_len=32, eval_samples=200), ctx).datasets()
 
 
 def test_seq_len_beyond_the_context_is_an_error(tmp_path: Path) -> None:
@@ -168,10 +180,14 @@ def test_throughput_counts_tokens_and_no_mfu_on_the_cpu(tmp_path: Path) -> None:
     assert task.throughput(10.0, 2) == {"tokens_per_s": 320.0}
 
 
+@pytest.mark.parametrize("data", ["synthetic", "shards"])
 def test_training_lowers_the_loss(
-    ctx: DistContext, make_config: Callable[..., TrainConfig]
+    ctx: DistContext, make_config: Callable[..., TrainConfig], corpus: Path, data: str
 ) -> None:
-    config = make_config(trainer="gpt", size="tiny", train_samples=256, max_steps=12, seq_len=32)
+    source = "synthetic" if data == "synthetic" else str(corpus)
+    config = make_config(
+        trainer="gpt", size="tiny", train_samples=256, max_steps=12, seq_len=32, data=source
+    )
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
     summary = train(config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder)
     recorder.finish("completed", 0)

@@ -1,9 +1,9 @@
-"""The ``gpt`` trainer's token sequences: ``synthetic`` ones generated on the device, or a
-UTF-8 text file read as bytes.
+"""The ``gpt`` trainer's token sequences: ``synthetic`` ones generated on the device, or
+token shards on storage (llm.c's or nanoGPT's ``.bin`` files, ``ddpimg.data.tokenshards``),
+read window by window as the steps need them.
 
-``synthetic`` token sequences, or a UTF-8 text file read as bytes (the
-vocabulary is then the 256 byte values). A sample is a window of ``--seq-len`` + 1 tokens:
-the inputs are its first ``--seq-len`` tokens, the targets the same shifted by one.
+A sample is a window of ``--seq-len`` + 1 tokens: the inputs are its first ``--seq-len``
+tokens, the targets the same shifted by one.
 
 * Synthetic sequences walk a fixed random Markov chain over the model's vocabulary: every
   token has four possible successors, drawn from a Zipf-like distribution, so a model
@@ -11,41 +11,60 @@ the inputs are its first ``--seq-len`` tokens, the targets the same shifted by o
   transitions (down to ln 4 nats). They are generated in chunks from generators seeded by
   (split, chunk), so every rank and run gets the same sequences, and the first N do not
   depend on how many are asked for.
-* A text file is cut into consecutive windows (each overlapping the next by the one token
-  that is the last target); the last tenth of the file is the evaluation set.
+* Shards: the training windows are those of every training shard, in shard order, and
+  the loop's order (a permutation drawn from (seed, epoch)) picks among all of them; each
+  rank reads only its own rows of a step (a ``pread`` a window, nothing kept resident).
+  Before the first step every token is checked against the data's vocabulary (scanned
+  once, kept in the index: ``ddpimg.data.tokenindex``), and the model's vocabulary is the
+  data's, padded to a multiple of 64 (nanoGPT's 50304 for GPT-2's 50257) unless
+  ``--init-from`` fixes it.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ddpimg.data import tokenindex
+from ddpimg.data.tokenshards import (
+    TokenSplits,
+    Vocabulary,
+    WindowReader,
+    declared_vocabulary,
+    open_splits,
+)
 from ddpimg.errors import DataError
-from ddpimg.train.config import SYNTHETIC
+from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.seeding import derive_seed
 from ddpimg.train.tasks.base import InMemoryDataset
 from ddpimg.train.tasks.datasets import sample_count
 
-BYTE_VOCAB = 256
+if TYPE_CHECKING:
+    from ddpimg.runtime.context import DistContext
+    from ddpimg.train.sharding import BatchPlan
+    from ddpimg.train.tasks.base import Batch
+
 SYNTHETIC_TRAIN = 10_000
 SYNTHETIC_EVAL = 500
-EVAL_FRACTION = 10  # the last 1/10 of a text file
+# Vocabularies are padded to a multiple of this: nanoGPT's 50304 for GPT-2's 50257 makes
+# the output layer's matrix multiplications faster.
+VOCAB_MULTIPLE = 64
 
 _SUCCESSORS = 4
 _CHUNK = 256
 _SYNTHETIC_SEED = 20_240_602
 
 
-def data_vocabulary(data: str, model_vocabulary: int) -> int:
-    """The vocabulary the model needs for ``--data``: its own for synthetic sequences, the
-    256 byte values for a text file."""
-    return model_vocabulary if data == SYNTHETIC else BYTE_VOCAB
+def padded_vocabulary(vocabulary: int) -> int:
+    return -(-vocabulary // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
-def load_tokens(
-    data: str,
+def synthetic_tokens(
     seq_len: int,
     vocab: int,
     *,
@@ -53,37 +72,15 @@ def load_tokens(
     eval_samples: int | None,
     device: torch.device,
 ) -> tuple[TokenSet, TokenSet]:
-    """The training and evaluation windows of ``--data`` on ``device``."""
-    if data == SYNTHETIC:
-        source = "the synthetic token set"
-        train_count = sample_count(
-            SYNTHETIC_TRAIN, train_samples, "--train-samples", "training", source
-        )
-        eval_count = sample_count(
-            SYNTHETIC_EVAL, eval_samples, "--eval-samples", "evaluation", source
-        )
-        train = synthetic_sequences(0, train_count, seq_len, vocab, device)
-        test = synthetic_sequences(1, eval_count, seq_len, vocab, device)
-        return TokenSet(train), TokenSet(test)
-    path = Path(data)
-    tokens = read_text_bytes(path)
-    held_out = max(len(tokens) // EVAL_FRACTION, seq_len + 1)
-    train_all = windows(tokens[:-held_out], seq_len)
-    test_all = windows(tokens[-held_out:], seq_len)
-    if len(train_all) == 0:
-        raise DataError(
-            f"--data {path}: {len(tokens)} bytes leave no training sample of "
-            f"--seq-len {seq_len} + 1 bytes once the last tenth is held out for evaluation",
-            hint=f"use a file of at least {2 * (seq_len + 1)} bytes, or a shorter --seq-len",
-        )
-    source = str(path)
-    train = train_all[
-        : sample_count(len(train_all), train_samples, "--train-samples", "training", source)
-    ]
-    test = test_all[
-        : sample_count(len(test_all), eval_samples, "--eval-samples", "evaluation", source)
-    ]
-    return TokenSet(train.to(device)), TokenSet(test.to(device))
+    """The synthetic training and evaluation windows on ``device``."""
+    source = "the synthetic token set"
+    train_count = sample_count(
+        SYNTHETIC_TRAIN, train_samples, "--train-samples", "training", source
+    )
+    eval_count = sample_count(SYNTHETIC_EVAL, eval_samples, "--eval-samples", "evaluation", source)
+    train = synthetic_sequences(0, train_count, seq_len, vocab, device)
+    test = synthetic_sequences(1, eval_count, seq_len, vocab, device)
+    return TokenSet(train), TokenSet(test)
 
 
 @dataclass(frozen=True)
@@ -138,36 +135,97 @@ def synthetic_sequences(
     return walk.t().contiguous()
 
 
-def read_text_bytes(path: Path) -> torch.Tensor:
-    """The bytes of a UTF-8 text file as int64 tokens; DataError naming the file when it is
-    missing, unreadable or not UTF-8."""
-    if not path.is_file():
-        state = "is not a file" if path.exists() else "does not exist"
-        raise DataError(
-            f"--data {path} {state}",
-            hint="give a UTF-8 text file for gpt, or --data synthetic",
-        )
-    try:
-        content = path.read_bytes()
-    except OSError as err:
-        raise DataError(
-            f"--data {path}: cannot be read ({err.strerror})",
-            hint="check the file's permissions, or use --data synthetic",
-        ) from err
-    try:
-        content.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(
-            f"--data {path}: not UTF-8 text: byte {err.start} is 0x{content[err.start]:02x} "
-            f"({err.reason})",
-            hint="convert it, e.g. iconv -f latin1 -t utf-8, or use --data synthetic",
-        ) from err
-    return torch.frombuffer(bytearray(content), dtype=torch.uint8).long()
+@dataclass(frozen=True)
+class ShardData:
+    """A token dataset's shards and the vocabulary its tokens come from."""
+
+    splits: TokenSplits
+    vocabulary: Vocabulary
+
+    @classmethod
+    def open(cls, data: str, eval_data: str | None) -> ShardData:
+        splits = open_splits(data, eval_data)
+        return cls(splits, declared_vocabulary(splits))
+
+    def check_tokens(self, out: Path, ctx: DistContext, limit: int, limit_source: str) -> None:
+        """Every token below ``limit`` (collective: rank 0 scans what the index does not
+        know); DataError naming the first shard with a token beyond it."""
+        prepare_on_main(ctx, lambda: tokenindex.prepare(self.splits, out, sys.stderr))
+        maxima = tokenindex.max_tokens(self.splits, out)
+        if maxima is None:
+            raise DataError(
+                f"--data: the token index of {tokenindex.root_of(self.splits)} changed while "
+                "it was read",
+                hint="do not change the dataset while a run starts; run again",
+            )
+        for shard in self.splits.all():
+            if maxima[shard.path] >= limit:
+                raise DataError(
+                    f"--data: {shard.path} holds token {maxima[shard.path]}, beyond "
+                    f"{limit_source} of {limit} tokens",
+                    hint="tokenize the data with the model's tokenizer; a token far beyond it "
+                    f"means the files are not {self.splits.format.name} shards of that tokenizer",
+                )
+
+    def datasets(
+        self,
+        seq_len: int,
+        *,
+        train_samples: int | None,
+        eval_samples: int | None,
+        device: torch.device,
+    ) -> tuple[TokenWindows, TokenWindows]:
+        readers = []
+        for split, shards, requested, flag, what in (
+            ("train", self.splits.train, train_samples, "--train-samples", "training"),
+            ("val", self.splits.val, eval_samples, "--eval-samples", "evaluation"),
+        ):
+            reader = WindowReader(shards, seq_len)
+            if reader.available == 0:
+                tokens = sum(shard.tokens for shard in shards)
+                raise DataError(
+                    f"--data: the {split} shards hold {tokens} tokens, not one window of "
+                    f"--seq-len {seq_len} + 1",
+                    hint="a shorter --seq-len, or more data",
+                )
+            source = f"the {split} shards of --data"
+            reader.count = sample_count(reader.available, requested, flag, what, source)
+            readers.append(reader)
+        return TokenWindows(readers[0], device), TokenWindows(readers[1], device)
+
+    def facts(self) -> dict[str, Any]:
+        """What manifest.json records: the files, format, token and window counts."""
+        splits = self.splits
+        return {
+            "source": str(splits.train[0].path.parent.resolve()),
+            "format": splits.format.name,
+            "train_shards": [str(shard.path) for shard in splits.train],
+            "eval_shards": [str(shard.path) for shard in splits.val],
+            "train_tokens": sum(shard.tokens for shard in splits.train),
+            "eval_tokens": sum(shard.tokens for shard in splits.val),
+            "vocabulary_from": self.vocabulary.source,
+            "eot_token": self.vocabulary.eot,
+        }
 
 
-def windows(tokens: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Consecutive windows of seq_len + 1 tokens, each starting at the previous one's last
-    token: (N, seq_len + 1), N possibly 0."""
-    if len(tokens) < seq_len + 1:
-        return torch.empty((0, seq_len + 1), dtype=torch.int64)
-    return tokens.unfold(0, seq_len + 1, seq_len).contiguous()
+class TokenWindows:
+    """One split of a shard dataset: a ``Dataset`` that reads each batch's windows from
+    the shards (on a GPU through pinned memory, copied without blocking)."""
+
+    def __init__(self, reader: WindowReader, device: torch.device) -> None:
+        self.reader = reader
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def batches(self, plan: BatchPlan) -> Generator[Batch]:
+        on_gpu = self.device.type == "cuda"
+        for where in plan.slices:
+            windows = torch.from_numpy(self.reader.read(plan.order[where].numpy()))
+            if on_gpu:
+                windows = windows.pin_memory().to(self.device, non_blocking=True)
+            yield windows[:, :-1], windows[:, 1:]
+
+    def skipped(self) -> int:
+        return 0

@@ -2,9 +2,12 @@
 next-token prediction, with AdamW as GPT-2 / nanoGPT use it (betas 0.9/0.95, weight decay
 0.1 on matrices only, fused on CUDA).
 
-Data (``--data``, ``data``): synthetic token sequences, or a UTF-8 text file read as bytes.
+Data (``--data``, ``data``): synthetic token sequences, or llm.c / nanoGPT token shards.
 A sample is a window of ``--seq-len`` + 1 tokens: the inputs are its first ``--seq-len``
 tokens, the targets the same shifted by one.
+
+Weights: freshly initialised at ``--size``, or ``--init-from`` a Hugging Face GPT-2
+directory (``hf``), whose config then gives the shape and the vocabulary.
 
 A sample's loss is the mean over its tokens, its "accuracy" the fraction of tokens
 predicted right, so the reported figures are per-token means.
@@ -16,7 +19,9 @@ of the device (``PEAK_BF16_FLOPS``; ``mfu`` is null for a GPU not in the table).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
+from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,8 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.config import SYNTHETIC
+from ddpimg.train.tasks.gpt import hf
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
-from ddpimg.train.tasks.gpt.data import data_vocabulary, load_tokens
+from ddpimg.train.tasks.gpt.data import ShardData, padded_vocabulary, synthetic_tokens
 from ddpimg.train.tasks.gpt.model import Gpt
 
 if TYPE_CHECKING:
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.dropout import DropoutContext
     from ddpimg.train.tasks.base import Dataset
+    from ddpimg.train.tasks.gpt.config import GptConfig
 
 BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
@@ -61,17 +69,25 @@ class GptTask:
 
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.config = config
+        self.ctx = ctx
         self.device = ctx.device
         self.size = config.size or DEFAULT_SIZE
-        shape = SIZES[self.size].shape
-        shape = replace(shape, vocab_size=data_vocabulary(config.data, shape.vocab_size))
-        self.shape = shape
-        self.seq_len = config.seq_len or shape.block_size
-        if self.seq_len > shape.block_size:
+        self.pretrained = None if config.init_from is None else Path(config.init_from)
+        self.shards = (
+            None if config.data == SYNTHETIC else ShardData.open(config.data, config.eval_data)
+        )
+        self.shape = self.model_shape()
+        self.seq_len = config.seq_len or self.shape.block_size
+        if self.seq_len > self.shape.block_size:
+            where = (
+                f"--size {self.size}"
+                if self.pretrained is None
+                else f"--init-from {self.pretrained}"
+            )
             raise DdpimgError(
-                f"--seq-len {self.seq_len} is longer than the context of --size {self.size} "
-                f"({shape.block_size} tokens)",
-                hint=f"give at most {shape.block_size}, or leave --seq-len out",
+                f"--seq-len {self.seq_len} is longer than the context of {where} "
+                f"({self.shape.block_size} tokens)",
+                hint=f"give at most {self.shape.block_size}, or leave --seq-len out",
             )
         self.eval_batch_size = SIZES[self.size].eval_batch_size
         self._flops_per_token = 0.0
@@ -80,21 +96,70 @@ class GptTask:
             peak_bf16_flops(torch.cuda.get_device_name(self.device)) if self._on_gpu else None
         )
 
+    def model_shape(self) -> GptConfig:
+        """``--init-from``'s shape, or ``--size``'s with the data's vocabulary (padded)."""
+        if self.pretrained is not None:
+            return hf.read_config(self.pretrained)
+        shape = SIZES[self.size].shape
+        if self.shards is None:
+            return shape
+        return replace(shape, vocab_size=padded_vocabulary(self.shards.vocabulary.size))
+
+    @property
+    def vocabulary(self) -> int:
+        """The tokens the data can hold: what the model's output is cut to on export."""
+        if self.shards is not None and self.pretrained is None:
+            return self.shards.vocabulary.size
+        return self.shape.vocab_size
+
     def datasets(self) -> tuple[Dataset, Dataset]:
-        return load_tokens(
-            self.config.data,
+        return self._datasets
+
+    @cached_property
+    def _datasets(self) -> tuple[Dataset, Dataset]:
+        config = self.config
+        if self.shards is None:
+            return synthetic_tokens(
+                self.seq_len,
+                self.shape.vocab_size,
+                train_samples=config.train_samples,
+                eval_samples=config.eval_samples,
+                device=self.device,
+            )
+        if self.pretrained is None:
+            limit, limit_source = (
+                self.shards.vocabulary.size,
+                f"the data's vocabulary ({self.shards.vocabulary.source})",
+            )
+        else:
+            limit, limit_source = (
+                self.shape.vocab_size,
+                f"the vocabulary of --init-from {self.pretrained}",
+            )
+        self.shards.check_tokens(config.out, self.ctx, limit, limit_source)
+        return self.shards.datasets(
             self.seq_len,
-            self.shape.vocab_size,
-            train_samples=self.config.train_samples,
-            eval_samples=self.config.eval_samples,
+            train_samples=config.train_samples,
+            eval_samples=config.eval_samples,
             device=self.device,
         )
 
     def data_facts(self) -> dict[str, Any]:
-        return {"source": self.config.data, "vocabulary": self.shape.vocab_size}
+        train, test = self._datasets
+        facts = {"source": SYNTHETIC} if self.shards is None else self.shards.facts()
+        return facts | {
+            "train_samples": len(train),
+            "eval_samples": len(test),
+            "vocabulary": self.vocabulary,
+            "model": asdict(self.shape),
+            "init_from": None if self.pretrained is None else str(self.pretrained.resolve()),
+        }
 
     def build_model(self, dropout: DropoutContext) -> nn.Module:
-        model = Gpt(self.shape).to(self.device)
+        model = Gpt(self.shape)
+        if self.pretrained is not None:
+            hf.load_pretrained(model, self.pretrained)
+        model = model.to(self.device)
         self._flops_per_token = model.flops_per_token(self.seq_len)
         return model
 

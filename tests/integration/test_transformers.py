@@ -1,0 +1,99 @@
+"""The CSC tutorial's third benchmark, Hugging Face Transformers fine-tuning a GPT-2
+(``scripts/hf_clm.py``, run_clm.py's steps: a tokenizer, a text file grouped into blocks,
+transformers' Trainer), under ``train --script`` with 2 ranks and every launcher the
+tutorials use: torchrun's (``--nproc-per-node``), ``srun``, ``mpirun`` and DeepSpeed's own
+launcher with ``--deepspeed ds_config.json``. Every rank must see the launch's rank and world
+size, the Trainer must train distributed (one process group, gradients averaged: the ranks
+end with the same weights), and the losses must be those of the same run under any other
+launcher.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.runs import command, free_port, run
+
+SCRIPT = Path(__file__).parent / "scripts" / "hf_clm.py"
+WORDS = ("the", "cat", "sat", "on", "a", "mat", "and", "then", "dog", "ran", "to", "hall")
+DS_CONFIG = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "train_batch_size": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "zero_optimization": {"stage": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import random
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))) for _ in range(400)]
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def reports(out: Path, deepspeed: bool = False) -> list[dict[str, Any]]:
+    found = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert [(r["rank"], r["world_size"]) for r in found] == [(0, 2), (1, 2)]
+    assert [(r["process_index"], r["trainer_world_size"]) for r in found] == [(0, 2), (1, 2)]
+    assert all(r["distributed"] for r in found)
+    assert {r["deepspeed"] for r in found} == {deepspeed}
+    assert found[0]["checksum"] == pytest.approx(found[1]["checksum"], rel=1e-9)
+    assert len(found[0]["losses"]) == 4
+    return found
+
+
+def script(text: Path, out: Path) -> list[str]:
+    return ["--script", str(SCRIPT), str(text), str(out)]
+
+
+@pytest.fixture(scope="module")
+def torchrun_losses(
+    tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str], text: Path
+) -> list[float]:
+    out = tmp_path_factory.mktemp("torchrun")
+    run([command("train"), "--nproc-per-node", "2", *script(text, out)], run_env)
+    return list(reports(out)[0]["losses"])
+
+
+@pytest.mark.torchrun
+def test_nproc_per_node(torchrun_losses: list[float]) -> None:
+    assert torchrun_losses[-1] < torchrun_losses[0]
+
+
+@pytest.mark.slurm
+def test_srun(
+    tmp_path: Path, slurm_env: dict[str, str], text: Path, torchrun_losses: list[float]
+) -> None:
+    run(["srun", "-n", "2", command("train"), *script(text, tmp_path)], slurm_env)
+    assert reports(tmp_path)[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-5)
+
+
+@pytest.mark.mpi
+def test_mpirun(
+    tmp_path: Path, run_env: dict[str, str], text: Path, torchrun_losses: list[float]
+) -> None:
+    run(["mpirun", "-np", "2", command("train"), *script(text, tmp_path)], run_env)
+    assert reports(tmp_path)[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-5)
+
+
+@pytest.mark.deepspeed
+def test_deepspeed_launcher_with_a_deepspeed_config(
+    tmp_path: Path, deepspeed_env: dict[str, str], text: Path, torchrun_losses: list[float]
+) -> None:
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(DS_CONFIG))
+    launcher = [command("deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
+    cmd = [*launcher, command("train"), *script(text, tmp_path / "out")]
+    run([*cmd, "--deepspeed", str(config)], deepspeed_env, timeout=600)
+    found = reports(tmp_path / "out", deepspeed=True)
+    # ZeRO-1 over the same global batch: DDP's trajectory.
+    assert found[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-4)

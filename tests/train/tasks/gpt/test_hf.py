@@ -1,0 +1,134 @@
+"""GPT-2 weights in and out of the Hugging Face format, proved against transformers itself:
+a random GPT2LMHeadModel saved with save_pretrained loads with --init-from and computes the
+same logits (fp32, 1e-5), and a model of ours written by write_hf_dir loads back into
+GPT2LMHeadModel with the same logits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from ddpimg.errors import DdpimgError
+from ddpimg.train.config import TrainConfig
+from ddpimg.train.dropout import DropoutContext
+from ddpimg.train.tasks.gpt.config import GptConfig
+from ddpimg.train.tasks.gpt.hf import load_pretrained, read_config, write_hf_dir
+from ddpimg.train.tasks.gpt.model import Gpt
+from ddpimg.train.tasks.gpt.task import GptTask
+from tests.train.contexts import single_process
+
+TOLERANCE = 1e-5
+
+
+def hf_model(vocab: int = 97, positions: int = 32) -> torch.nn.Module:
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_positions=positions, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    # Random biases and LayerNorms too, so that a missed or mixed-up tensor shows.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model
+
+
+def hf_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        logits: torch.Tensor = model(tokens).logits
+    return logits
+
+
+def ours(model: Gpt, tokens: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        logits: torch.Tensor = model(tokens)
+    return logits
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_init_from_computes_transformers_logits(tmp_path: Path, safe: bool) -> None:
+    reference = hf_model()
+    reference.save_pretrained(tmp_path / "hf", safe_serialization=safe)
+    shape = read_config(tmp_path / "hf")
+    assert shape == GptConfig(n_layer=2, n_head=4, n_embd=32, block_size=32, vocab_size=97)
+    model = Gpt(shape)
+    load_pretrained(model, tmp_path / "hf")
+    tokens = torch.randint(0, 97, (3, 32), generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(ours(model, tokens), hf_logits(reference, tokens), atol=TOLERANCE, rtol=0)
+
+
+def test_the_task_takes_shape_and_weights_from_init_from(tmp_path: Path) -> None:
+    reference = hf_model()
+    reference.save_pretrained(tmp_path / "hf")
+    config = TrainConfig(trainer="gpt", init_from=str(tmp_path / "hf"), out=tmp_path)
+    task = GptTask(config, single_process())
+    assert (task.shape.vocab_size, task.seq_len) == (97, 32)
+    model = task.build_model(DropoutContext(1))
+    assert isinstance(model, Gpt)
+    tokens = torch.arange(32).view(1, 32)
+    assert torch.allclose(ours(model, tokens), hf_logits(reference, tokens), atol=TOLERANCE, rtol=0)
+
+
+def test_export_loads_back_into_transformers(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    shape = GptConfig(n_layer=2, n_head=2, n_embd=16, block_size=24, vocab_size=128)
+    model = Gpt(shape)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    # Trained on a vocabulary of 100, padded to 128: the export cuts the padding off.
+    write_hf_dir(tmp_path / "out", shape, model.state_dict(), vocabulary=100, eot_token=99)
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out").eval()
+    assert loaded.config.vocab_size == 100
+    assert loaded.config.eos_token_id == 99
+    tokens = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(2))
+    expected = ours(model, tokens)[..., :100]
+    assert torch.allclose(hf_logits(loaded, tokens), expected, atol=TOLERANCE, rtol=0)
+    with pytest.raises(DdpimgError, match=r"out exists already"):
+        write_hf_dir(tmp_path / "out", shape, model.state_dict(), vocabulary=100, eot_token=99)
+
+
+def _edit_config(directory: Path, **changes: object) -> None:
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(config | changes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model_type": "llama"}, r"model_type is 'llama', not 'gpt2'"),
+        ({"activation_function": "relu"}, r"activation_function is 'relu'; train gpt's model"),
+        ({"n_inner": 100}, r"n_inner is 100; train gpt's MLP is 4 x n_embd = 128 wide"),
+        ({"tie_word_embeddings": False}, r"tie_word_embeddings is False"),
+        (
+            {"n_embd": 48},
+            r"transformer.wte.weight has shape \(97, 32\), config.json makes it \(97, 48\)",
+        ),
+        ({"n_layer": 3}, r"no transformer.h.2.ln_1.weight, which a 3-layer GPT-2 has"),
+        ({"n_layer": 1}, r"unknown key transformer.h.1"),
+    ],
+)
+def test_another_architecture_is_named_by_its_key(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    hf_model().save_pretrained(tmp_path / "hf")
+    _edit_config(tmp_path / "hf", **changes)
+    with pytest.raises(DdpimgError, match=message) as caught:
+        load_pretrained(Gpt(read_config(tmp_path / "hf")), tmp_path / "hf")
+    assert str(caught.value).startswith("--init-from ")
+
+
+def test_a_directory_without_a_model_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DdpimgError, match=r"--init-from .*: no config.json there"):
+        read_config(tmp_path)
+    hf_model().save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    with pytest.raises(DdpimgError, match=r"neither model.safetensors nor pytorch_model.bin"):
+        load_pretrained(Gpt(read_config(tmp_path / "hf")), tmp_path / "hf")
