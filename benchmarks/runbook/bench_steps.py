@@ -31,6 +31,10 @@ JPEG_TREES: dict[str, dict[str, Any]] = {
     "gpu": {"classes": 20, "train_per_class": 100, "val_per_class": 5, "sizes": (300, 500)},
     "dry": {"classes": 4, "train_per_class": 16, "val_per_class": 2, "sizes": (40, 80)},
 }
+# Tokens/s from llm.c token shards against synthetic tokens (issue 19's CPU target, on a GPU).
+SHARDS_VS_SYNTHETIC = 0.95
+# Token corpora: more than one epoch's windows of the GPT step (so none is read twice).
+TOKEN_CORPORA = {"gpu": 2_000_000, "dry": 200_000}
 ACCURACY_TOLERANCE = 0.01  # "the same final accuracy": within one point
 RESNET_IMAGES_PER_S = 3000.0
 GPT_MFU = 0.45
@@ -154,6 +158,41 @@ def bench_gpt(ctx: Context) -> Outcome:
     )
     status, measured = judged(ctx, mfu is not None and mfu >= GPT_MFU, measured)
     return Outcome(status, measured, record=record)
+
+
+def bench_gpt_shards(ctx: Context) -> Outcome:
+    """The same GPT run on synthetic tokens and on llm.c token shards (memory-mapped windows
+    read by each rank, copied to the GPU)."""
+    from parts.tokens import corpus
+
+    size = _sizes(ctx)["gpt"]
+    tokens = TOKEN_CORPORA["dry" if ctx.dry_run else "gpu"]
+    shards = ctx.work / "token-shards"
+    if not shards.exists():
+        corpus(shards, tokens)
+    precision = "fp32" if ctx.dry_run else "bf16"
+    common = ["gpt", "--size", size["size"], "--precision", precision, "--batch-size",
+              str(size["batch"]), "--eval-samples", "16"]  # fmt: skip
+    rates = {}
+    for name, data in (("synthetic", "synthetic"), ("shards", str(shards))):
+        extra = (
+            ["--train-samples", str(size["batch"] * size["steps"])] if name == "synthetic" else []
+        )
+        run = run_train(
+            [*common, "--data", data, *extra],
+            steps=size["steps"],
+            warmup=size["warmup"],
+            deadline=ctx.deadline.ends,
+        )
+        rates[name] = float(run.summary["tokens_per_s"])
+    ratio = rates["shards"] / rates["synthetic"]
+    measured = (
+        f"GPT-{size['size']} {precision}, batch {size['batch']}, {tokens:,} tokens of llm.c "
+        f"shards: {rates['shards']:.0f} tokens/s from shards, {rates['synthetic']:.0f} "
+        f"synthetic ({ratio:.2f}x)"
+    )
+    status, measured = judged(ctx, ratio >= SHARDS_VS_SYNTHETIC, measured)
+    return Outcome(status, measured, record=rates | {"ratio": ratio, "tokens": tokens})
 
 
 def time_to_first_step(ctx: Context) -> Outcome:

@@ -9,8 +9,8 @@ The parts are sized for the device tool's 10-minute commands with a margin (9 mi
 3. the benchmark.
 
 The real-data pipelines: ResNet-50 bf16 on generated JPEGs against synthetic images
-(``bench-resnet50-files``); GPT on token shards lands with issue 19 as one more entry of
-part 3.
+(``bench-resnet50-files``) and GPT-124M on llm.c token shards against synthetic tokens
+(``bench-gpt124m-shards``).
 The GPU estimates are a first guess, never measured; the first GPU run's seconds (in each
 part's JSON) should replace them. A matrix step's estimate is that of one cell: its cells
 are budgeted one by one (bf16 first, fp16 last), so a part that runs short leaves out the
@@ -57,6 +57,9 @@ PLAN: tuple[Step, ...] = (
          bench_steps.bench_resnet_files, 150, 30),
     Step("bench-gpt124m", (3,), f"GPT-124M bf16: MFU >= {100 * bench_steps.GPT_MFU:.0f}%",
          bench_steps.bench_gpt, 60, 15),
+    Step("bench-gpt124m-shards", (3,), f"GPT-124M bf16 on llm.c token shards >= "
+         f"{bench_steps.SHARDS_VS_SYNTHETIC:.2f}x the tokens/s on synthetic tokens",
+         bench_steps.bench_gpt_shards, 90, 20),
     Step("time-to-first-step", (3,), "time to the first step (by phase)",
          bench_steps.time_to_first_step, 90, 12),
 )  # fmt: skip
