@@ -62,9 +62,17 @@ class TrainRun:
         return float(line["loss"])
 
 
-def run_train(arguments: Sequence[str], *, steps: int, warmup: int, epochs: int = 1) -> TrainRun:
+def run_train(
+    arguments: Sequence[str],
+    *,
+    steps: int,
+    warmup: int,
+    epochs: int = 1,
+    extra_env: Mapping[str, str] | None = None,
+) -> TrainRun:
     """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (``epochs`` at most, no
-    resume, logged at the last step only) in a fresh output directory."""
+    resume, logged at the last step only) in a fresh output directory, with ``extra_env``
+    added to this process's environment."""
     with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
         command = [
             PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", str(epochs),
@@ -72,7 +80,7 @@ def run_train(arguments: Sequence[str], *, steps: int, warmup: int, epochs: int 
             "--log-every", str(steps), "--out", out, "--resume", "none",
         ]  # fmt: skip
         # A port of its own, so that a run still closing its sockets does not collide.
-        env = dict(os.environ, MASTER_PORT=str(free_port()))
+        env = dict(os.environ, MASTER_PORT=str(free_port())) | dict(extra_env or {})
         spawned = time.time()
         began = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
