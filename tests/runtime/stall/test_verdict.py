@@ -79,9 +79,9 @@ def test_the_message_names_the_silent_rank_its_host_step_phase_and_age() -> None
     )
     assert message == (
         "rank 0 (node1) gave up at step 31 (gloo: Timed out waiting 20000ms for recv "
-        "operation to complete): rank 1 (host node1, pid 101) stopped reporting 22 s ago, at "
-        "step 31 in phase forward; last valid checkpoint: /runs/a/checkpoints/step-00000030 "
-        "(step 30)"
+        "operation to complete): rank 1 (host node1, pid 101) stopped reporting 22 s ago (last "
+        "report: step 31, phase forward); last valid checkpoint: "
+        "/runs/a/checkpoints/step-00000030 (step 30)"
     )
     assert hint.startswith("look at node1 (that rank's log; dmesg: GPU Xid errors")
     assert "--resume auto" in hint
@@ -98,9 +98,9 @@ def test_ranks_lost_alike_are_grouped_by_host_and_the_other_waiters_listed() -> 
     )  # fmt: skip
     assert message == (
         "rank 4 (node3) gave up at step 4 (c): ranks 2-3 (host node2) stopped reporting 37 s "
-        "ago, at step 4 in phase collective; also waiting: ranks 0-1, 5; no checkpoint written "
-        "yet (a rerun starts over); NCCL flight recorder dumps: /runs/a/nccl-trace/rank_<N> "
-        "(read them with `torchfrtrace /runs/a/nccl-trace`)"
+        "ago (last report: step 4, phase collective); also waiting: ranks 0-1, 5; no "
+        "checkpoint written yet (a rerun starts over); NCCL flight recorder dumps: "
+        "/runs/a/nccl-trace/rank_<N> (read them with `torchfrtrace /runs/a/nccl-trace`)"
     )
 
 

@@ -43,16 +43,32 @@ def _watch(port: int, rank: int) -> StallWatch:
 
 
 @pytest.fixture
-def two() -> Iterator[tuple[StallWatch, StallWatch]]:
-    port = free_port()
-    server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+def port() -> Iterator[int]:
+    """A TCPStore server, as rank 0 hosts it, on a free port."""
+    chosen = free_port()
+    server = TCPStore("127.0.0.1", chosen, is_master=True, wait_for_workers=False)
+    yield chosen
+    del server
+
+
+@pytest.fixture
+def two(port: int) -> Iterator[tuple[StallWatch, StallWatch]]:
     watches = (_watch(port, 0), _watch(port, 1))
     for watch in watches:
         watch.start()
     yield watches
     for watch in watches:
         watch.stop()
-    del server
+
+
+def _silent(port: int, rank: int, *path: str) -> StallWatch:
+    """A rank that reported once, at ``path``'s last phase, and then no more (its process
+    stopped): its watch is never started."""
+    watch = _watch(port, rank)
+    _at(watch, 3, *path)
+    watch.board.register()
+    watch.board.publish_bounded(watch.record())
+    return watch
 
 
 def _at(watch: StallWatch, step: int, *path: str) -> None:
@@ -70,25 +86,21 @@ def test_limits_follow_the_timeout() -> None:
     assert StallLimits.for_timeout(600, "nccl").backstop_s == 600
 
 
-def test_a_silent_rank_is_named_by_the_other(two: tuple[StallWatch, StallWatch]) -> None:
-    waiter, victim = two
-    _at(victim, 3, phases.DATA, phases.FORWARD)
-    _at(waiter, 3, phases.DATA, phases.FORWARD, phases.BACKWARD)
-    victim.progress.saved("/nonexistent", 2)
-    time.sleep(LIMITS.period_s * 2)  # both reported
-    victim.stop()  # as a SIGSTOP would: no more reports
-    victim._state = "running"
-    victim.board.publish_bounded(victim.record())
-    time.sleep(LIMITS.stale_after_s + 0.5)
-    began = time.monotonic()
-    lost = waiter.explain(RuntimeError(GLOO_TIMEOUT))
+def test_a_silent_rank_is_named_by_the_other(port: int) -> None:
+    victim = _silent(port, 1, phases.DATA, phases.FORWARD)
+    with _watch(port, 0) as waiter:
+        _at(waiter, 3, phases.DATA, phases.FORWARD, phases.BACKWARD)
+        waiter.progress.saved("/nonexistent", 2)  # not published: not named
+        time.sleep(LIMITS.stale_after_s + 0.5)
+        began = time.monotonic()
+        lost = waiter.explain(RuntimeError(GLOO_TIMEOUT))
+        assert time.monotonic() - began < 1  # already stale: no wait
     assert lost is not None
-    assert time.monotonic() - began < 1  # already stale: no wait
     assert lost.message.startswith(
         "rank 0 (host0) gave up at step 3 (gloo: Timed out waiting 2000ms for recv operation "
-        "to complete): rank 1 (host host1, pid "
+        f"to complete): rank 1 (host host1, pid {victim.record().pid}) stopped reporting "
     )
-    assert "stopped reporting 3 s ago, at step 3 in phase forward; no checkpoint" in lost.message
+    assert "s ago (last report: step 3, phase forward); no checkpoint" in lost.message
     assert lost.details["ranks"] == [1]
     assert lost.details["hosts"] == ["host1"]
     assert exitcodes.for_error(lost) == exitcodes.RANK_LOST
@@ -141,6 +153,8 @@ def test_both_survivors_name_the_same_rank(two: tuple[StallWatch, StallWatch]) -
     [
         (RuntimeError(GLOO_TIMEOUT), True),
         (RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"), True),
+        # what Gloo said between two namespace nodes when a peer was stopped
+        (RuntimeError("Application timeout caused pair closure"), True),
         (RuntimeError("CUDA out of memory"), False),
         (ValueError("gloo/transport"), False),
     ],
@@ -216,15 +230,18 @@ limits = StallLimits(1.0, 0.2, 2.0, 5.0, 0.5, 1.5)
 watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False,
                    on_fatal=lambda err: print("recorded", err.details["ranks"], flush=True))
 watch.start()
-watch.progress.enter(record.DATA, 12)
-time.sleep(60)
+if sys.argv[2] != "setup":
+    watch.progress.enter(sys.argv[2], 12)
+time.sleep(float(sys.argv[3]))
+watch.stop()
+print("finished", flush=True)
 """
 
 
 def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
     began = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", BACKSTOP, str(free_port())],
+        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.DATA, "60"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -238,3 +255,41 @@ def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
         "(--timeout 1)): every rank still reports"
     )
     assert proc.stdout == "recorded []\n"
+
+
+def test_the_backstop_leaves_setup_alone() -> None:
+    """Every rank may spend long in setup at once (decoding a data set); its collectives
+    time out by themselves."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.SETUP, "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "finished\n"
+
+
+def test_an_unknown_runtime_error_counts_as_collective_when_a_peer_is_already_silent(
+    port: int,
+) -> None:
+    _silent(port, 1, phases.DATA, phases.FORWARD)
+    with _watch(port, 0) as waiter:
+        time.sleep(LIMITS.stale_after_s + 0.5)
+        lost = waiter.explain(RuntimeError("some words no marker knows"))
+    assert lost is not None
+    assert "rank 1 (host host1, pid " in lost.message
+    assert "(some words no marker knows)" in lost.message
+
+
+def test_an_unknown_runtime_error_with_everyone_reporting_is_this_ranks_own(
+    two: tuple[StallWatch, StallWatch],
+) -> None:
+    own, other = two
+    _at(own, 4, phases.DATA, phases.FORWARD)
+    _at(other, 4, phases.DATA, phases.FORWARD, phases.BACKWARD)
+    assert own.explain(RuntimeError("CUDA out of memory")) is None
+    lost = other.explain(RuntimeError(GLOO_TIMEOUT))
+    assert lost is not None
+    assert "failed at step 4 in phase forward: RuntimeError: CUDA out of memory" in lost.message

@@ -21,9 +21,10 @@ naming the lost ranks with their hosts, last step and phase and how long ago, th
 were waiting, the last valid checkpoint and, with NCCL, where the flight recorder dumped;
 exit status 5 (``exitcodes.RANK_LOST``), recorded by rank 0 in manifest.json.
 
-Bounded, whatever stalls: the backstop in the watch thread gives up for a loop that stays
-in one phase longer than ``--timeout`` + grace (NCCL: ``--timeout``; NCCL's own watchdog is
-pushed to ``--timeout`` + 40 s so that ddpimg speaks first), and a rank whose process does
+Bounded, whatever stalls: the backstop in the watch thread gives up for a training loop
+that stays in one phase longer than ``--timeout`` + grace (NCCL: ``--timeout``; NCCL's own
+watchdog is pushed to ``--timeout`` + 40 s so that ddpimg speaks first; not during setup,
+which every rank may spend long in at once), and a rank whose process does
 not run at all (SIGSTOP, a freeze) is killed with SIGKILL, by PID, by its own sentinel
 process once it has not run for ``--timeout`` + grace (``sentinel.py``). Every process of
 the run has then exited within ``--timeout`` + 20 s of the stall (plus the step that was

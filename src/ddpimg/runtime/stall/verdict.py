@@ -166,7 +166,9 @@ def _describe_group(group: _Group, now: float) -> str:
         stuck = _seconds(now - item.since) if item.since is not None else "a while"
         return f"{who} ({where}) still reports, but is stuck {at} for {stuck}"
     ago = _seconds(now - group.latest) if group.latest is not None else "long"
-    return f"{who} ({where}) stopped reporting {ago} ago, {at}"
+    # Reports come once a heartbeat: the rank may have gone a few steps further.
+    last = f"last report: step {item.step}, phase {item.phase}"
+    return f"{who} ({where}) stopped reporting {ago} ago ({last})"
 
 
 def describe_lost(verdict: Verdict, now: float) -> str:

@@ -239,15 +239,27 @@ class Sentinel:
             self.process.wait()
 
 
+# What the RuntimeErrors of a collective failing under a rank say (Gloo raises plain
+# RuntimeErrors, some naming its source files, some not; read from torch 2.14's library).
+COLLECTIVE_MARKERS = (
+    "gloo/transport",
+    "Application timeout caused pair closure",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Timed out waiting",
+    "NCCL communicator was aborted",
+)
+
+
 def is_collective_failure(err: BaseException) -> bool:
-    """Whether ``err`` is a collective or store failing under this rank (a peer is gone or
-    late), as opposed to this rank's own error. torch.distributed raises its DistError
-    family; Gloo raises plain RuntimeErrors that name its source files."""
+    """Whether ``err`` is, by its type or words, a collective or store failing under this
+    rank (a peer is gone or late), as opposed to this rank's own error. torch.distributed
+    raises its DistError family; Gloo raises plain RuntimeErrors (``COLLECTIVE_MARKERS``)."""
     import torch.distributed as dist
 
-    return isinstance(err, dist.DistError) or (
-        isinstance(err, RuntimeError) and "gloo/transport" in str(err)
-    )
+    if isinstance(err, dist.DistError):
+        return True
+    return isinstance(err, RuntimeError) and any(mark in str(err) for mark in COLLECTIVE_MARKERS)
 
 
 def short_cause(err: BaseException) -> str:
@@ -354,7 +366,10 @@ class StallWatch:
             self._publish.set()
             _, _, phase, since = self.progress.position
             stuck = now - max(since, resumed)
-            if self._state == "running" and stuck > self.limits.backstop_s and self._take():
+            # Setup (data sets, model, resume) may take long on every rank at once; its
+            # collectives time out by themselves.
+            watched = self._state == "running" and phase != SETUP
+            if watched and stuck > self.limits.backstop_s and self._take():
                 cause = (
                     f"no progress for {stuck:.0f} s in phase {phase} (--timeout "
                     f"{self.limits.timeout_s:g})"
@@ -393,7 +408,7 @@ class StallWatch:
         """Called by the loop with the exception that ended it. A collective failure
         becomes the RankLostError naming who the ranks waited for; this rank's own error is
         published for the others to name (None: raise it as it is)."""
-        if not is_collective_failure(err):
+        if not (is_collective_failure(err) or self._someone_else_lost(err)):
             self._finish("failed", f"{type(err).__name__}: {short_cause(err)}")
             return None
         if not self._take():
@@ -401,6 +416,22 @@ class StallWatch:
             time.sleep(self.limits.grace_s + self.limits.store_s)
             return None
         return self._lost(self._verdict(), short_cause(err))
+
+    def _someone_else_lost(self, err: BaseException) -> bool:
+        """For a RuntimeError of words the markers do not know: whether another rank is
+        already seen failed or silent (or the store is gone), which makes it a collective
+        failing under this rank. One read, no waiting."""
+        if not isinstance(err, RuntimeError):
+            return False
+        try:
+            records = self.board.read_all()
+        except (StoreUnanswered, RuntimeError):
+            return True
+        records[self.rank] = self.record()
+        verdict = judge(
+            records, self.board.world_size, time.time(), self.limits.stale_after_s, self.rank
+        )
+        return any(lost.how in ("failed", "silent") for lost in verdict.lost)
 
     def _give_up(self, cause: str) -> None:
         """The backstop: report, record, dump NCCL's flight recorder, end the process."""
