@@ -5,6 +5,7 @@
                                torchrun, DeepSpeed (installs the Debian packages when root)
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
     nox -s bench               benchmarks: vs plain PyTorch loops, overheads, scale, the image
+    nox -s gpu-runbook         the GPU runbook (on a GPU machine; -- --dry-run on the CPU)
     nox -s tests -- -k slurm   arguments after ``--`` go to pytest (or to ``train`` for demo)
 
 What gets installed is written once, in ``requirements/train.txt`` (the training stack) and
@@ -30,7 +31,10 @@ from pathlib import Path
 import nox
 
 # nox does not put the noxfile's directory on sys.path: containers/imagebuild is beside it.
+# It names images with ddpimg.imagenames (a leaf module), read from the source tree because
+# nox's own Python has no ddpimg installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from containers.imagebuild import engine, images, locks
 from containers.imagebuild.context import source_facts
@@ -174,7 +178,7 @@ def _image_tests(
 
 @nox.session(default=False)
 def smoke(session: nox.Session) -> None:
-    """Build the CPU image on this machine (no registry) and run the Docker smoke tests."""
+    """Build the CPU image here (no registry); run it under docker and podman-hpc."""
     _image_tests(
         session, [images.SMOKE_BUILD], "tests/containers",
         {"DDPIMG_TEST_IMAGE": images.SMOKE_IMAGE},
@@ -231,3 +235,20 @@ def gpu_check(session: nox.Session) -> None:
             "docker", "run", "--rm", "--gpus", "all", "--ipc", "host", target, "python3", script,
             external=True,
         )  # fmt: skip
+
+
+# ---- The GPU runbook (docs/performance.md, "GPU runbook") ----------------------------------
+
+
+@nox.session(name="gpu-runbook", default=False, venv_backend="none")
+def gpu_runbook(session: nox.Session) -> None:
+    """The GPU runbook (docs/performance.md): -- [--dry-run] [--part 1|2|3|all] (see -- -h)."""
+    python = str(_stack(session) / "python")
+    session.run(python, "benchmarks/gpu_runbook.py", *session.posargs, external=True)
+
+
+@nox.session(name="device-wheels", default=False, venv_backend="none")
+def device_wheels(session: nox.Session) -> None:
+    """Build/download into .whl/ the wheels the lent GPU machine lacks; prove the list complete."""
+    python = str(_stack(session) / "python")
+    session.run(python, "benchmarks/device_wheels.py", *session.posargs, external=True)

@@ -17,7 +17,9 @@ from tests.engines.availability import (
 
 pytest_plugins = ["pytester"]
 
-MARKERS = ("slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "multinode", "gpu")
+MARKERS = (
+    "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode", "gpu",
+)  # fmt: skip
 
 
 def _missing(*engines: str) -> dict[str, str]:

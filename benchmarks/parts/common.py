@@ -62,17 +62,24 @@ class TrainRun:
         return float(line["loss"])
 
 
+def timeout_until(deadline: float | None) -> float | None:
+    """Seconds from now to ``deadline`` (a ``time.monotonic()`` reading), at least one."""
+    return None if deadline is None else max(1.0, deadline - time.monotonic())
+
+
 def run_train(
     arguments: Sequence[str],
     *,
     steps: int,
     warmup: int,
     epochs: int = 1,
+    deadline: float | None = None,
     extra_env: Mapping[str, str] | None = None,
 ) -> TrainRun:
     """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (``epochs`` at most, no
     resume, logged at the last step only) in a fresh output directory, with ``extra_env``
-    added to this process's environment."""
+    added to this process's environment; killed at ``deadline`` (``time.monotonic()``), if
+    given."""
     with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
         command = [
             PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", str(epochs),
@@ -83,7 +90,14 @@ def run_train(
         env = dict(os.environ, MASTER_PORT=str(free_port())) | dict(extra_env or {})
         spawned = time.time()
         began = time.perf_counter()
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=timeout_until(deadline),
+        )
         wall = time.perf_counter() - began
         if proc.returncode != 0:
             raise RuntimeError(

@@ -10,8 +10,8 @@
 * NCCL all-reduce bus bandwidth from ``ddpimg doctor --json`` over every visible GPU
   (needs two or more).
 
-``--gpu-dry-run`` runs the same commands on the CPU at toy sizes (MNIST 1 epoch of 1,280
-samples, ResNet-18 at 64 px, GPT-tiny, doctor over 2 gloo ranks): it checks the plumbing
+``--gpu-dry-run`` runs the same commands on the CPU at toy sizes (MNIST 1 epoch of 640
+samples, ResNet-18 at 32 px, GPT-tiny, doctor over 2 gloo ranks): it checks the plumbing
 where no GPU is at hand, and its figures mean nothing.
 """
 
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from parts.common import PYTHON, REFERENCE, Row, free_port, log, run_train
+from parts.common import PYTHON, REFERENCE, Row, free_port, log, run_train, timeout_until
 
 # What each measurement runs, on a GPU and in a dry run on the CPU.
 SIZES: dict[str, dict[str, Any]] = {
@@ -36,10 +36,10 @@ SIZES: dict[str, dict[str, Any]] = {
         "gpt": {"size": "124m", "batch": 16, "steps": 50, "warmup": 10},
     },
     "dry-run": {
-        "mnist": {"epochs": 1, "train_samples": 1280, "eval_samples": 256},
-        "resnet": {"arch": "resnet18", "image_size": 64, "batch": 8, "steps": 6, "warmup": 2,
-                   "workers": 2},
-        "gpt": {"size": "tiny", "batch": 8, "steps": 10, "warmup": 2},
+        "mnist": {"epochs": 1, "train_samples": 640, "eval_samples": 128},
+        "resnet": {"arch": "resnet18", "image_size": 32, "batch": 8, "steps": 4, "warmup": 1,
+                   "workers": 1},
+        "gpt": {"size": "tiny", "batch": 8, "steps": 6, "warmup": 2},
     },
 }  # fmt: skip
 
@@ -54,7 +54,7 @@ def cuda_devices() -> int:
     return int(probe.stdout.strip().splitlines()[-1])
 
 
-def _reference(script: str, arguments: list[str]) -> dict[str, Any]:
+def _reference(script: str, arguments: list[str], deadline: float | None) -> dict[str, Any]:
     env = dict(os.environ, MASTER_PORT=str(free_port()))
     began = time.perf_counter()
     proc = subprocess.run(
@@ -63,6 +63,7 @@ def _reference(script: str, arguments: list[str]) -> dict[str, Any]:
         text=True,
         env=env,
         check=False,
+        timeout=timeout_until(deadline),
     )
     wall = time.perf_counter() - began
     if proc.returncode != 0:
@@ -71,41 +72,60 @@ def _reference(script: str, arguments: list[str]) -> dict[str, Any]:
     return dict(json.loads(line.removeprefix("RESULT "))) | {"process_wall_s": wall}
 
 
-def mnist(size: dict[str, Any], device: str) -> tuple[list[Row], dict[str, Any]]:
+def mnist(
+    size: dict[str, Any], device: str, deadline: float | None = None
+) -> tuple[list[Row], dict[str, Any]]:
     epochs = ["--epochs", str(size["epochs"])]
     samples = ["--train-samples", str(size["train_samples"])]
     samples += ["--eval-samples", str(size["eval_samples"])]
     # --max-steps of one more than the epochs hold: all of them, every epoch evaluated.
     steps = size["epochs"] * (size["train_samples"] // 64) + 1
     ours = run_train(
-        ["mnist", "--batch-size", "64", *samples], steps=steps, warmup=10, epochs=size["epochs"]
+        ["mnist", "--batch-size", "64", *samples],
+        steps=steps,
+        warmup=10,
+        epochs=size["epochs"],
+        deadline=deadline,
     )
     theirs = _reference(
         "mnist_ddp.py",
         [*epochs, "--max-steps", "0", "--warmup-steps", "10", "--device", device, *samples],
+        deadline,
     )
     speedup = theirs["process_wall_s"] / ours.wall_s
     row = (
         f"MNIST {size['epochs']} epoch(s) ({size['train_samples']} samples, batch 64), whole "
         "run wall time: reference / ddpimg",
         f"{theirs['process_wall_s']:.1f} s / {ours.wall_s:.1f} s = {speedup:.1f}x; eval "
-        f"accuracy {ours.summary['eval_accuracy']:.4f}",
+        f"accuracy {ours.summary['eval_accuracy']:.4f} (reference {theirs['eval_accuracy']:.4f})",
         ">= 5x (tutorial: 151 s on a V100)",
     )
-    return [row], {"ddpimg_wall_s": ours.wall_s, "reference": theirs, "speedup": speedup}
+    record = {
+        "ddpimg_wall_s": ours.wall_s,
+        "ddpimg_eval_accuracy": ours.summary["eval_accuracy"],
+        "reference": theirs,
+        "speedup": speedup,
+    }
+    return [row], record
 
 
-def resnet(size: dict[str, Any], device: str) -> tuple[list[Row], dict[str, Any]]:
+def resnet(
+    size: dict[str, Any], device: str, deadline: float | None = None
+) -> tuple[list[Row], dict[str, Any]]:
     common = ["--arch", size["arch"], "--image-size", str(size["image_size"])]
     common += ["--batch-size", str(size["batch"]), "--eval-samples", "256"]
     common += ["--train-samples", str(size["batch"] * size["steps"])]
     steps = ["--max-steps", str(size["steps"]), "--warmup-steps", str(size["warmup"])]
     ours = run_train(
-        ["resnet", *common, "--precision", "bf16"], steps=size["steps"], warmup=size["warmup"]
+        ["resnet", *common, "--precision", "bf16"],
+        steps=size["steps"],
+        warmup=size["warmup"],
+        deadline=deadline,
     )
     theirs = _reference(
         "resnet_ddp.py",
         [*common, *steps, "--bf16", "--device", device, "--workers", str(size["workers"])],
+        deadline,
     )
     ours_ips = float(ours.summary["images_per_s"])
     theirs_ips = float(theirs["steps_per_s"]) * size["batch"]
@@ -118,11 +138,11 @@ def resnet(size: dict[str, Any], device: str) -> tuple[list[Row], dict[str, Any]
     return [row], {"ddpimg_images_per_s": ours_ips, "reference_images_per_s": theirs_ips}
 
 
-def gpt(size: dict[str, Any]) -> tuple[list[Row], dict[str, Any]]:
+def gpt(size: dict[str, Any], deadline: float | None = None) -> tuple[list[Row], dict[str, Any]]:
     arguments = ["gpt", "--size", size["size"], "--precision", "bf16"]
     arguments += ["--batch-size", str(size["batch"]), "--eval-samples", "16"]
     arguments += ["--train-samples", str(size["batch"] * size["steps"])]
-    ours = run_train(arguments, steps=size["steps"], warmup=size["warmup"])
+    ours = run_train(arguments, steps=size["steps"], warmup=size["warmup"], deadline=deadline)
     summary = ours.summary
     mfu = summary.get("mfu")
     row = (

@@ -42,8 +42,10 @@ class MnistDataset(Dataset[tuple[torch.Tensor, int]]):
         return normalize(self.images[index : index + 1])[0], int(self.labels[index])
 
 
-def evaluate(model: torch.nn.Module, loader: DataLoader[Any], device: torch.device) -> float:
-    """The whole test set, on every rank, as the tutorial does; the mean loss."""
+def evaluate(
+    model: torch.nn.Module, loader: DataLoader[Any], device: torch.device
+) -> tuple[float, float]:
+    """The whole test set, on every rank, as the tutorial does; the mean loss and accuracy."""
     model.eval()
     test_loss, correct = 0.0, 0
     with torch.no_grad():
@@ -53,7 +55,8 @@ def evaluate(model: torch.nn.Module, loader: DataLoader[Any], device: torch.devi
             test_loss += F.nll_loss(output, target, reduction="sum").item()
             correct += int(output.argmax(dim=1).eq(target).sum().item())
     model.train()
-    return test_loss / len(loader.dataset)  # type: ignore[arg-type]
+    count = len(loader.dataset)  # type: ignore[arg-type]
+    return test_loss / count, correct / count
 
 
 def main() -> None:
@@ -87,7 +90,7 @@ def main() -> None:
     optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
     model.train()
     step, losses, began = 0, [], time.perf_counter()
-    steady_from, eval_s, test_loss = began, 0.0, float("nan")
+    steady_from, eval_s, test_loss, accuracy = began, 0.0, float("nan"), float("nan")
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
         for cpu_data, cpu_target in train_loader:
@@ -109,7 +112,7 @@ def main() -> None:
             if step == args.max_steps:
                 break
         eval_began = time.perf_counter()
-        test_loss = evaluate(model, test_loader, device)
+        test_loss, accuracy = evaluate(model, test_loader, device)
         eval_s += time.perf_counter() - eval_began
         if step == args.max_steps:
             break
@@ -121,6 +124,7 @@ def main() -> None:
                 "steps_per_s": (step - args.warmup_steps) / steady_s,
                 "loss_at_k": losses[-1],
                 "eval_loss": test_loss,
+                "eval_accuracy": accuracy,
                 "eval_s": eval_s,
                 "steps": step,
                 "wall_s": time.perf_counter() - began,

@@ -9,7 +9,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .locks import CONTAINERS, DEFAULT_LOCK, LOCKS, default_tag
+from ddpimg.imagenames import image_names
+
+from .locks import CONTAINERS, DEFAULT_LOCK, LOCKS, variant
 from .session import Session
 
 
@@ -28,6 +30,7 @@ def parse_sif_options(posargs: Sequence[str], facts: Mapping[str, str]) -> SifBu
     parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
     ns = parser.parse_args(list(posargs))
     lock = LOCKS[ns.torch or DEFAULT_LOCK]
+    names = image_names(ns.kind, variant(ns.torch or DEFAULT_LOCK))
     if ns.kind == "standalone":
         build_args = [
             f"REVISION={facts['REVISION']}",
@@ -37,16 +40,9 @@ def parse_sif_options(posargs: Sequence[str], facts: Mapping[str, str]) -> SifBu
             build_args.append(f"TORCH_SOURCE={ns.torch}")
         if lock.gpu_base is not None:
             build_args.append(f"GPU_BASE={lock.gpu_base}")
-        return SifBuild(
-            CONTAINERS / "ddp-standalone.def",
-            f"ddp-standalone{lock.tag_suffix}.sif",
-            tuple(build_args),
-        )
+        return SifBuild(CONTAINERS / "ddp-standalone.def", names.sif, tuple(build_args))
     # ddp.def from the image `nox -s image -- KIND --torch LOCK` tagged.
-    tag = default_tag(ns.kind, ns.torch or DEFAULT_LOCK)
-    name = tag.removeprefix("ddpimg:").removeprefix("gpu")  # "", "-cu128", "cpu"
-    output = f"ddp{name if not name or name.startswith('-') else '-' + name}.sif"
-    return SifBuild(CONTAINERS / "ddp.def", output, (f"IMAGE={tag}",), ns.kind == "cpu")
+    return SifBuild(CONTAINERS / "ddp.def", names.sif, (f"IMAGE={names.tag}",), ns.kind == "cpu")
 
 
 def build_sif(session: Session, apptainer: str, sif: SifBuild) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ddpimg.cleanenv import CleanEnvironment, clean_environment, parse_keep_list
 from ddpimg.errors import LauncherError
-from ddpimg.site.fabric import explain_fabric
+from ddpimg.site.fabric import explain_fabric, fabric_env
 from ddpimg.site.master import apply_master_rule
 from ddpimg.site.model import SiteProfile
 from ddpimg.site.select import select_profile
@@ -200,6 +200,8 @@ def build_plan(
         *_replaced_exports(env, topology),
         f"site={profile.name} ({selection.reason})",
     ]
+    if profile.retired_notice:
+        notes.append(profile.retired_notice)
     notes += explain_fabric(profile)
     master_addr = _master_addr(topology, profile, notes)
     master_port = _master_port(topology, profile, notes)
@@ -213,9 +215,11 @@ def build_plan(
     )
 
     # The profile's [env] wins over its [fabric] variables, which win over the interfaces.
+    fabric_exports, fabric_notes = fabric_env(profile, topology.num_nodes)
+    notes += fabric_notes
     site_exports = {
         **_interface_exports(profile),
-        **dict(profile.fabric.env),
+        **fabric_exports,
         **dict(profile.exports),
     }
     exports: dict[str, str] = {}

@@ -67,18 +67,17 @@ def test_site_from_ddpimg_site() -> None:
 
 
 def test_errors_exit_2_and_render_nothing() -> None:
-    proc = ddpimg("--site", "puhti", *JOB, "--ntasks-per-node", "1", "--", "torchrun", "x.py")
+    proc = ddpimg("--site", "hdfml", *JOB, "--ntasks-per-node", "1", "--", "torchrun", "x.py")
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("ddpimg: error: 2 problems with this job:\n")
 
 
 def test_submit_refuses_a_missing_image(tmp_path: Path) -> None:
-    proc = ddpimg("--site", "puhti", *JOB, "--submit", "--", "train", cwd=tmp_path)
+    proc = ddpimg("--site", "hdfml", *JOB, "--submit", "--", "train", cwd=tmp_path)
     assert proc.returncode == 2
     assert (
-        f"ddpimg: error: image file ddp-gpu-cu128.sif does not exist (from {tmp_path})"
-        in proc.stderr
+        f"ddpimg: error: image file ddp-cu128.sif does not exist (from {tmp_path})" in proc.stderr
     )
 
 

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.docker
 
 V100 = (7, 0)
 PROBE = (
-    "import json, torch\n"
+    "import json, platform, torch\n"
     "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
-    "                  'hip': torch.version.hip, 'flags': torch._C._cuda_getArchFlags()}))\n"
+    "                  'hip': torch.version.hip, 'flags': torch._C._cuda_getArchFlags(),\n"
+    "                  'machine': platform.machine()}))\n"
 )
 
 
@@ -69,7 +70,9 @@ def test_each_image_has_the_build_the_table_says(facts: dict[str, dict[str, Any]
         assert (tuple(sorted(sass)), max(ptx, default=None)) == (build.archs, build.ptx_arch), (
             f"{image}: torch._C._cuda_getArchFlags() = {torch['flags']!r}"
         )
-        assert build_for_torch(torch["torch"], torch["cuda"], torch["hip"]) == build, image
+        assert torch["machine"] == build.machine, image
+        found = build_for_torch(torch["torch"], torch["cuda"], torch["hip"], torch["machine"])
+        assert found == build, image
         # The GPU flavour's image carries the flavour's tag (noxfile.py's LOCKS); the CPU
         # flavour built from the same lock (CI's smoke image) has its own.
         if fact["info"]["flavour"] == "gpu":

@@ -52,6 +52,7 @@ def pins(path: Path) -> dict[str, str | None]:
 def test_there_is_a_lock_for_each_gpu_flavour() -> None:
     assert CONTAINERS / "lock" / "pypi.txt" in LOCKS
     assert CONTAINERS / "lock" / "pypi-cu128.txt" in LOCKS
+    assert CONTAINERS / "lock" / "pypi-arm64.txt" in LOCKS
 
 
 def test_the_input_list_is_the_training_stack_plus_build_tools() -> None:

@@ -86,6 +86,21 @@ def _docker() -> str | None:
     return None
 
 
+def _podman() -> str | None:
+    missing = _missing_commands("podman", "podman-hpc", "runc", "fuse-overlayfs")
+    if missing is not None:
+        return missing
+    try:
+        info = subprocess.run(
+            ["podman", "info"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "`podman info` did not answer within 60 s"
+    if info.returncode != 0:
+        return f"`podman info` failed: {info.stderr.strip()[-300:]}"
+    return None
+
+
 def _multinode() -> str | None:
     # Namespaces, veths and the packet filter need CAP_NET_ADMIN and CAP_SYS_ADMIN.
     if os.geteuid() != 0:
@@ -111,6 +126,7 @@ CHECKS: Mapping[str, Callable[[], str | None]] = {
     "deepspeed": _deepspeed,
     "lightning": _lightning,
     "docker": _docker,
+    "podman": _podman,
     "multinode": _multinode,
     "gpu": _gpu,
 }

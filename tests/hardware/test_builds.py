@@ -26,7 +26,7 @@ def locked_version(lock: str, package: str) -> str:
 
 def test_names_are_the_keys() -> None:
     assert {name: build.name for name, build in BUILDS.items()} == {n: n for n in BUILDS}
-    assert set(BUILDS) == {"cuda13", "cuda12", "rocm"}
+    assert set(BUILDS) == {"cuda13", "cuda12", "cuda13-arm64", "rocm"}
 
 
 @pytest.mark.parametrize("build", LOCKED, ids=lambda b: b.name)
@@ -72,32 +72,50 @@ def test_only_cuda12_covers_the_v100() -> None:
     assert BUILDS["cuda12"].min_driver < BUILDS["cuda13"].min_driver  # type: ignore[operator]
 
 
+def test_the_arm64_flavour_drives_the_gh200() -> None:
+    """GH200 (JUPITER, Alps, Isambard-AI, Roihu): an aarch64 CPU and an sm 9.0 GPU."""
+    build = BUILDS["cuda13-arm64"]
+    assert build.machine == "aarch64"
+    assert (9, 0) in build.archs
+    assert build.min_driver == BUILDS["cuda13"].min_driver
+
+
+def test_one_torch_build_is_one_flavour_per_machine() -> None:
+    """What build_for_torch tells apart: the same torch release may ship for two machines."""
+    keys = [(b.torch_version, b.cuda_version, b.machine) for b in LOCKED]
+    assert len(keys) == len(set(keys))
+
+
 def test_the_table_cannot_be_changed() -> None:
     with pytest.raises(TypeError):
         BUILDS["cuda11"] = BUILDS["cuda12"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
-    ("torch_version", "cuda", "hip", "expected"),
+    ("torch_version", "cuda", "hip", "machine", "expected"),
     [
-        ("2.14.1+cu130", "13.0", None, "cuda13"),  # torch.__version__ of PyPI's wheel
-        ("2.14.1", "13.0", None, "cuda13"),
-        ("2.10.0+cu128", "12.8", None, "cuda12"),
-        ("2.10.0", "12.8.1", None, "cuda12"),  # a three-part CUDA version
-        ("2.14.1", "12.6", None, None),  # PyTorch's cu126 index: not an image of ours
-        ("2.10.0", "13.0", None, None),
-        ("2.13.0", "13.0", None, None),
-        ("2.14.1+cpu", None, None, None),  # CPU-only torch: no GPU flavour
-        ("2.9.0+rocm6.4", None, "6.4.43482", "rocm"),
+        ("2.14.1+cu130", "13.0", None, "x86_64", "cuda13"),  # torch.__version__ of PyPI's wheel
+        ("2.14.1", "13.0", None, "x86_64", "cuda13"),
+        ("2.14.1+cu130", "13.0", None, "aarch64", "cuda13-arm64"),  # the same release on Arm
+        ("2.10.0+cu128", "12.8", None, "x86_64", "cuda12"),
+        ("2.10.0", "12.8.1", None, "x86_64", "cuda12"),  # a three-part CUDA version
+        ("2.10.0+cu128", "12.8", None, "aarch64", None),  # no CUDA 12.8 image for Arm
+        ("2.14.1", "12.6", None, "x86_64", None),  # PyTorch's cu126 index: not an image of ours
+        ("2.10.0", "13.0", None, "x86_64", None),
+        ("2.13.0", "13.0", None, "aarch64", None),
+        ("2.14.1+cpu", None, None, "x86_64", None),  # CPU-only torch: no GPU flavour
+        ("2.14.1", "13.0", None, "ppc64le", None),
+        ("2.9.0+rocm6.4", None, "6.4.43482", "x86_64", "rocm"),
+        ("2.9.0+rocm6.4", None, "6.4.43482", "aarch64", None),
     ],
 )
 def test_build_for_torch(
-    torch_version: str, cuda: str | None, hip: str | None, expected: str | None
+    torch_version: str, cuda: str | None, hip: str | None, machine: str, expected: str | None
 ) -> None:
-    found = build_for_torch(torch_version, cuda, hip)
+    found = build_for_torch(torch_version, cuda, hip, machine)
     assert (found.name if found else None) == expected
 
 
 def test_build_for_torch_rejects_cuda_and_hip_at_once() -> None:
     with pytest.raises(ValueError, match=r"reports both CUDA 12\.8 and HIP 6\.4"):
-        build_for_torch("2.10.0", "12.8", "6.4")
+        build_for_torch("2.10.0", "12.8", "6.4", "x86_64")

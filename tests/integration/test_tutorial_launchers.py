@@ -76,6 +76,20 @@ def test_deepspeed_launcher_matches_one_process(
     assert run_info(tmp_path)["local_world_size"] == 2
 
 
+@pytest.mark.deepspeed
+def test_deepspeed_launcher_runs_ddpimg_as_a_module(
+    tmp_path: Path, deepspeed_env: dict[str, str], reference: list[float]
+) -> None:
+    """README's form for containers: no path of train for the host's shell to look up
+    (`--module`), and no --local_rank argument in front of ddpimg's command
+    (`--no_local_rank`: LOCAL_RANK comes from the environment)."""
+    module = ["--no_local_rank", "--module", "ddpimg", "train", "--strategy", "deepspeed"]
+    cmd = [*deepspeed_launcher(free_port()), *module, *QUICK_TRAIN, "--out", str(tmp_path)]
+    run(cmd, deepspeed_env, timeout=600)
+    check_run(tmp_path, reference, world_size=2, rel=DEEPSPEED_REL)
+    assert run_info(tmp_path)["source"] == "env"
+
+
 @pytest.mark.slurm
 @pytest.mark.deepspeed
 def test_deepspeed_launcher_inside_one_srun_task(

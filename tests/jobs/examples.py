@@ -1,5 +1,6 @@
 """The example jobs of the golden files and of ``docs/sbatch-examples.md``: one 2-node job per
-shipped site profile, rendered through the same code path as ``ddpimg sbatch``.
+shipped site profile, and one per container runtime no shipped site uses, rendered through
+the same code path as ``ddpimg sbatch``.
 
 Regenerate both after an intended change to the renderer or a profile::
 
@@ -10,39 +11,51 @@ then read the diff: it is exactly what users' scripts will change by.
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 from pathlib import Path
 
 from ddpimg.cli import build_parser
 from ddpimg.cli.sbatch_cmd import prepare
+from tests.golden import UPDATE_VAR
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 DOC = REPO / "docs" / "sbatch-examples.md"
 SHIPPED = sorted(path.stem for path in (REPO / "site-profiles").glob("*.toml"))
-UPDATE_VAR = "DDPIMG_UPDATE_GOLDEN"
 
 COMMON = ["--nodes", "2", "--time", "12:00:00"]
 COMMAND = ["--", "train", "mnist", "--epochs", "5", "--global-batch-size", "256"]
 # What a site needs beyond COMMON; each variation shows one feature of the renderer.
 EXTRA: dict[str, list[str]] = {
     "generic": ["--gpus-per-node", "4"],  # the generic profile knows no GPU count
-    "local": ["--runtime", "docker", "--gpu-request", "none", "--gpus-per-node", "2"],
-    "lumi": [],  # the profile says gpu_vendor = "amd": apptainer --rocm
+    "local": ["--gpu-request", "none", "--gpus-per-node", "2"],  # docker, CPU only
+    # AMD GPUs: singularity --rocm. No ROCm image can be built here, so one is named.
+    "lumi": ["--image", "ddp-rocm.sif"],
     "palmetto": ["--launch", "torchrun"],  # the origin tutorial's one launcher per node
 }
+# Runtimes no shipped profile uses, each on the generic site.
+RUNTIME_EXAMPLES: dict[str, list[str]] = {
+    "runtime-pyxis": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "pyxis"],
+    "runtime-none": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "none"],
+}
+# Where the training data comes from (ddpimg.jobs.data): a squashfs image mounted read-only,
+# or shards copied to every node's own disk; train resnet gets --data from them.
+DATA_COMMAND = ["--", "train", "resnet", "--epochs", "90", "--global-batch-size", "1024"]
+DATA_EXAMPLES: dict[str, list[str]] = {
+    "data-image": ["--site", "roihu", "--data-image", "/scratch/project_2001234/imagenet.sqsh"],
+    "data-stage": ["--site", "della", "--stage-data", "/scratch/gpfs/me/imagenet-shards"],
+}
+EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES]
 
 
 # Shown in the docs; test_golden.py checks that it loads and renders.
 JOB_FILE_EXAMPLE = """\
 # job.toml: keys named like the flags; flags given with --config override them.
-site = "mahti"
+site = "roihu"
 nodes = 2
 time = "1-00:00:00"
 account = "project_2001234"
-image = "/projappl/project_2001234/ddp.sif"
+image = "/projappl/project_2001234/ddp-arm64.sif"
 binds = ["/scratch/project_2001234"]
 max_restarts = 5
 sbatch_options = ["--mail-type=END,FAIL"]
@@ -50,13 +63,17 @@ command = ["train", "mnist", "--epochs", "14", "--global-batch-size", "512"]
 """
 
 
-def example_args(site: str) -> list[str]:
-    """The `ddpimg sbatch` arguments of the example for ``site``."""
-    return ["--site", site, *COMMON, *EXTRA.get(site, []), *COMMAND]
+def example_args(example: str) -> list[str]:
+    """The `ddpimg sbatch` arguments of ``example``: a site's name or a RUNTIME_EXAMPLES key."""
+    if example in RUNTIME_EXAMPLES:
+        return [*RUNTIME_EXAMPLES[example], *COMMON, *COMMAND]
+    if example in DATA_EXAMPLES:
+        return [*DATA_EXAMPLES[example], *COMMON, *DATA_COMMAND]
+    return ["--site", example, *COMMON, *EXTRA.get(example, []), *COMMAND]
 
 
-def render_example(site: str) -> str:
-    args = build_parser().parse_args(["sbatch", *example_args(site)])
+def render_example(example: str) -> str:
+    args = build_parser().parse_args(["sbatch", *example_args(example)])
     # An empty environment and a host name no profile matches: only --site decides.
     return prepare(args, {}, "example-host").script()
 
@@ -81,35 +98,13 @@ def examples_doc() -> str:
         JOB_FILE_EXAMPLE.rstrip("\n"),
         "```",
         "",
-        "Scripts by site:",
+        "Scripts by site, then for the runtimes no shipped site uses, then the two ways to "
+        "bring a dataset to the nodes (a squashfs image, or staging to node-local disk):",
         "",
     ]
-    parts += [f"- [{site}](#{site})" for site in SHIPPED]
-    for site in SHIPPED:
-        command = shlex.join(["ddpimg", "sbatch", *example_args(site)])
-        parts += ["", f"## {site}", "", "```sh", command, "```", "", "```bash"]
-        parts += [render_example(site).rstrip("\n"), "```"]
+    parts += [f"- [{example}](#{example})" for example in EXAMPLES]
+    for example in EXAMPLES:
+        command = shlex.join(["ddpimg", "sbatch", *example_args(example)])
+        parts += ["", f"## {example}", "", "```sh", command, "```", "", "```bash"]
+        parts += [render_example(example).rstrip("\n"), "```"]
     return "\n".join(parts) + "\n"
-
-
-def updating() -> bool:
-    return os.environ.get(UPDATE_VAR, "") not in ("", "0")
-
-
-def check_or_update(path: Path, expected: str) -> None:
-    """Compare ``path`` with ``expected``; with DDPIMG_UPDATE_GOLDEN=1 rewrite it instead."""
-    if updating():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(expected, encoding="utf-8")
-        return
-    assert path.exists(), f"{path} is missing; create it with {UPDATE_VAR}=1 pytest tests/jobs"
-    actual = path.read_text(encoding="utf-8")
-    if actual != expected:
-        diff = difflib.unified_diff(
-            actual.splitlines(), expected.splitlines(), str(path), "rendered now", lineterm=""
-        )
-        raise AssertionError(
-            f"{path} differs from what the renderer produces now; if the change is intended, "
-            f"regenerate with {UPDATE_VAR}=1 python -m pytest tests/jobs and review the diff:\n"
-            + "\n".join(list(diff)[:60])
-        )

@@ -11,7 +11,7 @@ from ddpimg.jobs import ERROR, WARNING, Finding, JobError, check_job, raise_for_
 from tests.jobs.conftest import shipped, spec_for
 
 
-def findings(site: str = "puhti", submit: bool = False, **flags: Any) -> list[Finding]:
+def findings(site: str = "hdfml", submit: bool = False, **flags: Any) -> list[Finding]:
     return check_job(spec_for(site, **flags), shipped(site), submit=submit)
 
 
@@ -23,8 +23,8 @@ def only(found: list[Finding]) -> Finding:
 @pytest.mark.parametrize(
     ("site", "flags"),
     [
-        ("puhti", {}),
-        ("puhti", {"launch": "torchrun"}),
+        ("hdfml", {}),
+        ("hdfml", {"launch": "torchrun"}),
         ("perlmutter", {"nodes": 4}),
         ("della", {"nodes": 1, "gpus_per_node": 1}),  # one GPU on one node is fine
         ("local", {"gpu_request": "none", "gpus_per_node": 2, "runtime": "none"}),
@@ -38,9 +38,9 @@ def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("site", "flags", "level", "message", "hint"),
     [
-        ("puhti", {"command": None}, ERROR, "no training command given", "put it after --"),
+        ("hdfml", {"command": None}, ERROR, "no training command given", "put it after --"),
         (
-            "puhti",
+            "hdfml",
             {"command": ("torchrun", "--nproc-per-node", "4", "train.py")},
             ERROR,
             "the command starts torchrun, a launcher of its own: srun already starts 4 tasks "
@@ -48,21 +48,21 @@ def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
             "--launch torchrun",
         ),
         (
-            "puhti",
+            "hdfml",
             {"command": ("deepspeed", "--num_gpus", "4", "train.py")},
             ERROR,
             "the command starts deepspeed, a launcher of its own",
             "`train --strategy deepspeed`",
         ),
         (
-            "puhti",
+            "hdfml",
             {"command": ("python", "my.py")},
             WARNING,
             "the command 'python' is not ddpimg's train",
             "`train --script FILE ARGS`",
         ),
         (
-            "puhti",
+            "hdfml",
             {"command": ("ddpimg", "doctor"), "launch": "torchrun"},
             WARNING,
             "ddpimg doctor with --launch torchrun checks one process per node",
@@ -76,45 +76,45 @@ def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
             "--gpu-request none for a CPU-only job",
         ),
         (
-            "puhti",
+            "hdfml",
             {"gpus_per_node": 8},
             ERROR,
-            "--gpus-per-node 8: more GPUs per node than the nodes of site puhti have (4)",
+            "--gpus-per-node 8: more GPUs per node than the nodes of site hdfml have (4)",
             "--nodes 4 --gpus-per-node 4",
         ),
         (
-            "puhti",
+            "hdfml",
             {"nodes": 4, "gpus_per_node": 1},
             WARNING,
             "one GPU per node on a multi-node job (4 nodes x 1)",
             "use whole nodes first: --nodes 1 --gpus-per-node 4 (4 GPUs;",
         ),
         (
-            "puhti",
+            "hdfml",
             {"nodes": 3, "gpus_per_node": 2},
             WARNING,
             "2 of 4 GPUs per node on a multi-node job (3 nodes x 2)",
             "--nodes 2 --gpus-per-node 4 (8 GPUs;",
         ),
         (
-            "puhti",
+            "hdfml",
             {"ntasks_per_node": 2},
             ERROR,
             "--ntasks-per-node 2: tasks per node != GPUs per node (4)",
             "--ntasks-per-node 4 (or leave it out)",
         ),
         (
-            "puhti",
+            "hdfml",
             {"launch": "torchrun", "ntasks_per_node": 4},
             ERROR,
             "--ntasks-per-node 4: with --launch torchrun each node runs one launcher task",
             "--ntasks-per-node 1",
         ),
         (
-            "puhti",
+            "hdfml",
             {"launch": "torchrun", "command": ("train", "--nproc-per-node", "2")},
             ERROR,
-            "the command's --nproc-per-node 2 does not match site puhti: job.gpus_per_node = 4",
+            "the command's --nproc-per-node 2 does not match site hdfml: job.gpus_per_node = 4",
             "ddpimg adds --nproc-per-node 4",
         ),
         (
@@ -126,28 +126,28 @@ def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
             "use --launch torchrun",
         ),
         (
-            "puhti",
+            "hdfml",
             {"time": None},
             WARNING,
             "no time limit given: the partition's default applies",
             "--time 12:00:00",
         ),
         (
-            "puhti",
+            "hdfml",
             {"time": "10", "signal_seconds": 600},
             ERROR,
             "--signal-seconds 600 is not less than the time limit --time 10 (600 s)",
             "--signal-seconds below 600",
         ),
         (
-            "puhti",
+            "hdfml",
             {"runtime": "none", "image": "ddp.sif"},
             WARNING,
             "--image ddp.sif is not used with --runtime none",
-            "--runtime apptainer or docker",
+            "--runtime apptainer (or the site's runtime)",
         ),
         (
-            "puhti",
+            "hdfml",
             {"output": "train.log"},
             WARNING,
             "--output train.log has no job id",
@@ -167,7 +167,7 @@ def test_single_gpu_node_job_spread_is_allowed_when_the_site_has_one_gpu_per_nod
 
 
 def test_missing_image_is_an_error_only_when_submitting(tmp_path: Path) -> None:
-    missing = str(tmp_path / "ddp.sif")
+    missing = str(tmp_path / "ddp-cu128.sif")
     assert findings(image=missing) == []
     found = only(findings(image=missing, submit=True))
     assert found.level == ERROR
@@ -176,10 +176,17 @@ def test_missing_image_is_an_error_only_when_submitting(tmp_path: Path) -> None:
 
 
 def test_existing_image_and_docker_tags_pass_when_submitting(tmp_path: Path) -> None:
-    image = tmp_path / "ddp.sif"
+    image = tmp_path / "ddp-cu128.sif"
     image.write_bytes(b"")
     assert findings(image=str(image), submit=True) == []
     assert findings(runtime="docker", submit=True) == []
+    assert findings(runtime="podman-hpc", submit=True) == []  # a tag in podman's store
+
+
+def test_enroot_images_are_files_checked_when_submitting(tmp_path: Path) -> None:
+    found = only(findings(runtime="pyxis", submit=True))
+    assert found.message.startswith("image file ./ddpimg+gpu-cu128.sqsh does not exist")
+    assert "enroot import dockerd://ddpimg:gpu" in found.hint
 
 
 def test_errors_come_before_warnings() -> None:
@@ -205,3 +212,120 @@ def test_raise_for_errors_several_lists_each_with_its_hint() -> None:
 
 def test_raise_for_errors_ignores_warnings() -> None:
     raise_for_errors(findings(time=None))
+
+
+# ------------------------------------------------------------- site facts the checks enforce
+
+
+def test_a_retired_site_says_so() -> None:
+    found = [f for f in findings("puhti") if "retired" in f.message]
+    assert [f.level for f in found] == [WARNING]
+    assert found[0].message == (
+        "site puhti is retired: CSC shut Puhti's computing services down on 31 July 2026; "
+        "Roihu replaces it (--site roihu)"
+    )
+    assert findings("roihu") == []
+
+
+@pytest.mark.parametrize(
+    ("gpu_type", "hint"),
+    [
+        ("V100", "--gpu-type v100: Slurm's GPU type names are case-sensitive"),
+        ("h100", "one of a100, v100 (--gpu-type; Slurm's names are case-sensitive)"),
+    ],
+)
+def test_gpu_type_must_be_one_the_site_knows(gpu_type: str, hint: str) -> None:
+    found = only(findings("palmetto", gpu_type=gpu_type, launch="torchrun"))
+    assert found.level == ERROR
+    assert found.message == (
+        f"--gpu-type {gpu_type}: site palmetto's Slurm knows no GPU type '{gpu_type}' "
+        "(its types: a100, v100)"
+    )
+    assert found.hint == hint
+    assert findings("palmetto", gpu_type="v100", launch="torchrun") == []
+
+
+def test_time_over_a_documented_partition_limit_is_an_error_naming_both() -> None:
+    found = only(findings("roihu", time="2-00:00:00"))
+    assert found.level == ERROR
+    assert found.message == (
+        "--time 2-00:00:00 is longer than partition gpularge of site roihu allows (1-12:00:00)"
+    )
+    assert found.hint == (
+        "--time 1-12:00:00 at most, or another partition or QOS "
+        "(source: https://docs.csc.fi/computing/running/batch-job-partitions/)"
+    )
+    assert findings("roihu", time="1-12:00:00") == []
+    assert only(findings("roihu", time="UNLIMITED")).level == ERROR
+
+
+def test_an_unverified_limit_only_warns() -> None:
+    found = only(findings("perlmutter", time="3-00:00:00"))
+    assert found.level == WARNING
+    assert found.message == (
+        "--time 3-00:00:00 is longer than QOS regular of site perlmutter allows (2-00:00:00)"
+    )
+    assert found.hint.startswith(
+        "--time 2-00:00:00 at most, or another partition or QOS (unverified:"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"nodes": 11}, "--nodes 11: partition gpularge of site roihu allows at most 10 nodes"),
+        (
+            {"partition": "gpumedium"},
+            "2 nodes x 4 GPUs = 8: partition gpumedium of site roihu allows at most 4 GPUs a job",
+        ),
+        (
+            {"nodes": 1, "gpus_per_node": 2},
+            "--gpus-per-node 2: partition gpularge of site roihu takes 4 GPUs per node or more",
+        ),
+    ],
+)
+def test_node_and_gpu_limits_of_the_partition(flags: dict[str, Any], message: str) -> None:
+    found = only(findings("roihu", **flags))
+    assert (found.level, found.message) == (ERROR, message)
+
+
+def test_memory_over_the_partition_limit() -> None:
+    found = [f for f in findings("puhti", mem="400G") if f.level == ERROR]
+    assert [f.message for f in found] == [
+        "--mem 400G per node is more than partition gpu of site puhti allows (373G)"
+    ]
+
+
+def test_an_amd_site_without_a_buildable_image_stops_unless_one_is_named() -> None:
+    found = only(findings("lumi"))
+    assert found.level == ERROR
+    assert found.message == (
+        "site lumi's MI250X need the rocm image (ddp-rocm.sif), which this project cannot build "
+        "yet (no lock: its torch wheels come from an index the build machines cannot reach)"
+    )
+    assert found.hint.endswith("--gpu-request none --image ddp-cpu.sif")
+    assert findings("lumi", image="/project/p/my-rocm.sif") == []
+    assert findings("lumi", gpu_request="none", gpus_per_node=8) == []
+
+
+def test_a_per_task_cpu_binding_that_does_not_fit_the_tasks_is_not_rendered() -> None:
+    found = only(findings("lumi", image="x.sif", launch="torchrun"))
+    assert found.level == WARNING
+    assert found.message.startswith(
+        "site lumi: job.cpu_bind = 'mask_cpu:fe000000000000,fe00000000000000,fe0000,fe000000,"
+        "fe,fe00,fe00000000,fe0000000000' binds 8 tasks per node one by one, this job runs 1:"
+    )
+    assert not spec_for("lumi", image="x.sif", launch="torchrun").cpu_bind_applies
+    assert spec_for("lumi", image="x.sif").cpu_bind_applies
+
+
+def test_the_largest_nodes_of_a_site_are_allowed_and_get_their_constraint() -> None:
+    assert findings("della", gpus_per_node=4) == []
+    assert spec_for("della", gpus_per_node=4).constraint == "gpu80"
+    assert spec_for("della").constraint == ""
+    assert spec_for("della", gpus_per_node=4, constraint="mine").constraint == "mine"
+    found = only(findings("della", gpus_per_node=8))
+    assert (
+        found.message
+        == "--gpus-per-node 8: more GPUs per node than the nodes of site della have (4)"
+    )

@@ -21,10 +21,15 @@ def flavour_warnings(site: str, **flags: Any) -> list[str]:
 @pytest.mark.parametrize(
     ("site", "image", "warned"),
     [
-        ("puhti", "/projappl/p/ddp.sif", False),  # no flavour tag in the name: no guess
+        ("puhti", "/projappl/p/ddp.sif", True),  # ddp.sif is the CUDA 13 image's name
+        ("puhti", "/projappl/p/my-image.sif", False),  # no flavour's name or tag: no guess
         ("puhti", "/projappl/p/ddpimg-gpu.sif", True),  # the CUDA 13 image on V100s
+        ("puhti", "ddp-cu128.sif", False),
         ("puhti", "ddp-gpu-cu128.sif", False),
-        ("mahti", "ddp-gpu-cu128.sif", False),  # CUDA 12.8 runs A100s too
+        ("mahti", "ddp-cu128.sif", False),  # CUDA 12.8 runs A100s too
+        ("roihu", "ddp-arm64.sif", False),
+        ("roihu", "ddp.sif", True),  # an x86_64 image on aarch64 nodes
+        ("alps", "ddpimg+gpu.sqsh", True),
         ("lumi", "ddpimg-gpu.sif", True),  # a CUDA image on AMD GPUs
         ("generic", "ddpimg-gpu.sif", False),  # the site names no flavour
     ],
@@ -47,12 +52,24 @@ def test_warning_names_gpu_and_flavour() -> None:
     assert hint.startswith("use the cuda12 flavour (ddpimg:gpu-cu128); the name test is a")
 
 
-def test_fabric_binds_reach_apptainer_and_docker() -> None:
-    apptainer = render_script(spec_for("perlmutter"), shipped("perlmutter"))
-    assert (
-        "--bind /pscratch,/global/cfs,/global/common/software/nersc9/nccl/2.19/plugin:"
-        "/opt/nccl-ofi," in apptainer
+def test_fabric_binds_reach_every_runtime() -> None:
+    plugin = "/global/common/software/nersc9/nccl/2.24.3/plugin:/opt/nccl-ofi"
+    rendered = {
+        runtime: render_script(spec_for("perlmutter", runtime=runtime), shipped("perlmutter"))
+        for runtime in ("apptainer", "docker", "podman-hpc", "pyxis", "edf")
+    }
+    assert f"--bind /pscratch,/global/cfs,{plugin},/dev/cxi0," in rendered["apptainer"]
+    assert f"--volume {plugin}" in rendered["docker"]
+    assert f"--volume {plugin}" in rendered["podman-hpc"]
+    assert "--volume /dev/cxi3:/dev/cxi3" in rendered["podman-hpc"]
+    assert f",{plugin}," in rendered["pyxis"]
+    assert f'"{plugin}"' in rendered["edf"]
+
+
+def test_an_image_of_another_cpu_says_so() -> None:
+    mismatch = flavour_mismatch("/scratch/ddp.sif", Hardware("GH200", "sm_90", "cuda13-arm64"))
+    assert mismatch is not None
+    assert mismatch[0] == (
+        "--image /scratch/ddp.sif looks like the cuda13 flavour (ddpimg:gpu, by its name), "
+        "which is built for x86_64 CPUs, not this site's aarch64"
     )
-    docker = render_script(spec_for("perlmutter", runtime="docker"), shipped("perlmutter"))
-    assert "--volume /global/common/software/nersc9/nccl/2.19/plugin:/opt/nccl-ofi" in docker
-    assert "--volume /usr/lib64/libcxi.so.1:/usr/lib64/libcxi.so.1" in docker

@@ -121,7 +121,7 @@ def test_no_rendezvous_port_or_address_is_hard_coded() -> None:
     ("flags", "runtime_words"),
     [
         # Puhti's V100s need the CUDA 12.8 flavour: its image by default
-        ({}, ["apptainer", "exec", "--nv", "--bind", "/scratch,/projappl", "ddp-gpu-cu128.sif"]),
+        ({}, ["apptainer", "exec", "--nv", "--bind", "/scratch,/projappl", "ddp-cu128.sif"]),
         ({"gpu_vendor": "amd", "image": "rocm.sif"},
          ["apptainer", "exec", "--rocm", "--bind", "/scratch,/projappl", "rocm.sif"]),
         ({"gpu_request": "none", "gpus_per_node": 4, "image": "a b.sif"},
@@ -153,7 +153,7 @@ def test_docker_passes_the_slurm_variables_and_the_working_directory() -> None:
 
 def test_train_gets_site_run_directory_and_resume() -> None:
     words = after(step_words(script_for(command=("train", "mnist", "--out", "my runs/$HOME"))),
-                  "ddp-gpu-cu128.sif")  # fmt: skip
+                  "ddp-cu128.sif")  # fmt: skip
     assert words == ["train", "mnist", "--out", "my runs/$HOME", "--site", "puhti",
                      "--resume", "auto"]  # fmt: skip
     default_out = after(step_words(script_for()), "--out")[0]

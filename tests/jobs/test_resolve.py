@@ -9,6 +9,7 @@ import pytest
 
 from ddpimg.jobs import JobError, JobFile, resolve_job
 from ddpimg.jobs.resolve import flag_values, select_job_profile
+from ddpimg.site import load_profile
 from tests.jobs.conftest import TRAIN, shipped, spec_for
 
 
@@ -153,7 +154,7 @@ def test_output_pattern(flags: dict[str, Any], output: str) -> None:
     ("site", "flags", "image"),
     [
         # the site's [hardware] build picks the flavour: Puhti's V100s need CUDA 12.8
-        ("puhti", {"runtime": "apptainer"}, "ddp-gpu-cu128.sif"),
+        ("puhti", {"runtime": "apptainer"}, "ddp-cu128.sif"),
         ("puhti", {"runtime": "docker"}, "ddpimg:gpu-cu128"),
         ("mahti", {"runtime": "apptainer"}, "ddp.sif"),
         ("mahti", {"runtime": "docker"}, "ddpimg:gpu"),
@@ -182,7 +183,12 @@ def test_flag_values_keeps_only_given_flags() -> None:
         ({"nodes": 0}, {}, r"--nodes: must be at least 1, found 0"),
         ({}, {"nodes": 0}, r"job\.toml: nodes: must be at least 1, found 0"),
         ({"signal_seconds": 70000}, {}, r"--signal-seconds: must be at most 65535"),
-        ({"runtime": "podman"}, {}, r"--runtime: 'podman' is not one of apptainer, docker, none"),
+        (
+            {"runtime": "podman"},
+            {},
+            r"--runtime: 'podman' is not one of apptainer, singularity, podman-hpc, pyxis, edf, "
+            "docker, none",
+        ),
         ({}, {"launch": "mpirun"}, r"job\.toml: launch: 'mpirun' is not one of srun, torchrun"),
         ({}, {"partition": "gpu small"}, r"job\.toml: partition: 'gpu small' contains whitesp"),
         ({"account": "proj\n#SBATCH --x"}, {}, r"--account: .* contains whitespace or a control"),
@@ -203,3 +209,58 @@ def test_nodes_missing() -> None:
     with pytest.raises(JobError, match="the number of nodes is not given") as caught:
         resolve_job(shipped("puhti"), {})
     assert caught.value.hint == "pass --nodes N, or nodes = N in the job file"
+
+
+# ------------------------------------------------------- the site's runtime, image, QOS, memory
+
+
+@pytest.mark.parametrize(
+    ("site", "flags", "runtime", "image"),
+    [
+        ("perlmutter", {}, "podman-hpc", "ddpimg:gpu"),  # NERSC's runtime, the flavour's tag
+        ("perlmutter", {"runtime": "apptainer"}, "apptainer", "ddp.sif"),  # --runtime wins
+        ("lumi", {"image": "r.sif"}, "singularity", "r.sif"),
+        ("alps", {}, "edf", "ddpimg+gpu-arm64.sqsh"),
+        ("roihu", {}, "apptainer", "ddp-arm64.sif"),
+        ("generic", {"gpus_per_node": 4, "runtime": "pyxis"}, "pyxis", "./ddpimg+gpu.sqsh"),
+        ("local", {"gpu_request": "none", "gpus_per_node": 2}, "docker", "ddpimg:cpu"),
+        ("generic", {"gpus_per_node": 4, "runtime": "none"}, "none", ""),
+    ],
+)
+def test_runtime_and_image_come_from_the_site_unless_given(
+    site: str, flags: dict[str, Any], runtime: str, image: str
+) -> None:
+    spec = spec_for(site, **flags)
+    assert (spec.runtime, spec.image) == (runtime, image)
+
+
+def test_a_sites_own_image_is_not_used_with_another_runtime(tmp_path: Path) -> None:
+    profile_path = tmp_path / "own.toml"
+    profile_path.write_text(
+        '[site]\nname = "own"\n[container]\nruntime = "podman-hpc"\nimage = "nersc/ddp:1"\n'
+        "[job]\ngpus_per_node = 4\n"
+    )
+    profile = load_profile(profile_path)
+    assert resolve_job(profile, {"nodes": 1}).image == "nersc/ddp:1"
+    other = resolve_job(profile, {"nodes": 1, "runtime": "apptainer"})
+    assert (other.image, other.source("image")) == ("ddp.sif", "default")
+
+
+@pytest.mark.parametrize(
+    ("flags", "mem", "source"),
+    [
+        ({}, "320G", "site puhti"),  # 4 GPUs x 80G, CSC's --mem=320G
+        ({"gpus_per_node": 2}, "160G", "site puhti"),  # the per-GPU share
+        ({"mem": "0"}, "0", "flag"),  # all of the node's memory
+        ({"gpu_request": "none"}, "", "default"),  # no GPUs, no GPU share
+    ],
+)
+def test_memory_follows_the_gpus(flags: dict[str, Any], mem: str, source: str) -> None:
+    spec = spec_for("puhti", **flags)
+    assert (spec.mem, spec.source("mem")) == (mem, source)
+
+
+def test_qos_comes_from_the_site_unless_given() -> None:
+    assert spec_for("perlmutter").qos == "regular"
+    assert spec_for("perlmutter", qos="debug").qos == "debug"
+    assert spec_for("roihu").qos == ""

@@ -72,6 +72,8 @@ def test_gpus_per_node_must_be_tasks_times_gpus_per_replica(
         (2, 2, 4, {}, 1),  # more ranks than CPUs: at least one
         (2, 2, 2, {"OMP_NUM_THREADS": "2"}, None),  # the user's choice stands
         (2, 2, 2, {"OMP_NUM_THREADS": ""}, 1),
+        # torchrun-style workers inside one Slurm task of 8 CPUs on a 64-CPU node.
+        (8, 64, 4, {"SLURM_CPUS_PER_TASK": "8"}, 2),
     ],
 )
 def test_cpu_threads(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddpimg.errors import ProfileError
+from ddpimg.imagenames import image_names
 from ddpimg.plan import build_plan
 from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.site.fabric import explain_fabric, image_flavour, split_bind
@@ -61,11 +62,35 @@ def test_unknown_nccl_name_in_fabric_env_warns(write_profile: WriteProfile) -> N
         load_profile(path)
 
 
+# Rank 0 of a Slurm step over two nodes.
+TWO_NODES = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+}
+
+
+def test_nccl_net_is_only_set_for_several_nodes(write_profile: WriteProfile) -> None:
+    """HPE: NCCL_NET on one node forces the network between local GPUs (VNIs, slower)."""
+    path = write_profile("fab", FABRIC)
+    one = build_plan({}, "h", site=str(path))
+    assert "NCCL_NET" not in dict(one.exports)
+    assert "fabric: NCCL_NET not set on one node (fabric.env; multi-node only)" in one.notes
+    two = build_plan(TWO_NODES, "h", site=str(path))
+    assert dict(two.exports)["NCCL_NET"] == "AWS Libfabric"
+
+
 def test_plan_exports_fabric_variables_below_env(
     write_profile: WriteProfile,
 ) -> None:
     path = write_profile("fab", FABRIC)
-    plan = build_plan({"LD_LIBRARY_PATH": "/host/lib"}, "h", site=str(path))
+    plan = build_plan({"LD_LIBRARY_PATH": "/host/lib", **TWO_NODES}, "h", site=str(path))
     exports = dict(plan.exports)
     assert exports["NCCL_NET"] == "AWS Libfabric"
     assert exports["FI_CXI_DISABLE_HOST_REGISTER"] == "0"  # [env] wins over [fabric.env]
@@ -117,19 +142,28 @@ def test_split_bind() -> None:
     assert split_bind("/a:/b") == ("/a", "/b")
 
 
+NAMES = {
+    "cuda13": image_names("gpu"),
+    "cuda12": image_names("gpu", "cu128"),
+    "rocm": image_names("gpu", "rocm"),
+}
+
+
 @pytest.mark.parametrize(
     ("image", "flavour"),
     [
         ("ddpimg:gpu-cu128", "cuda12"),
-        ("/proj/images/ddp-gpu-cu128.sif", "cuda12"),
+        ("/proj/images/ddp-gpu-cu128.sif", "cuda12"),  # the tag in a name of one's own
+        ("/proj/images/ddp-cu128.sif", "cuda12"),  # the flavour's own SIF name
+        ("./ddpimg+gpu-cu128.sqsh", "cuda12"),
         ("ddpimg:gpu", "cuda13"),
-        ("ddp.sif", None),
+        ("/scratch/ddp.sif", "cuda13"),  # ddp.sif is the CUDA 13 image's name
+        ("/scratch/my-ddp.sif", None),  # no flavour's name, no tag: nothing assumed
         ("/x/ddpimg-gpu-rocm.sif", "rocm"),
     ],
 )
 def test_image_flavour_heuristic(image: str, flavour: str | None) -> None:
-    tags = {"cuda13": "gpu", "cuda12": "gpu-cu128", "rocm": "gpu-rocm"}
-    assert image_flavour(image, tags) == flavour
+    assert image_flavour(image, NAMES) == flavour
 
 
 def test_shipped_profiles_fabric() -> None:

@@ -128,8 +128,8 @@ def test_unknown_section_suggests_the_closest(write_profile: WriteProfile) -> No
     assert caught.value.hint is not None
     assert "did you mean [network]?" in caught.value.hint
     assert (
-        "[clean], [env], [fabric], [hardware], [job], [match], [network], [site]"
-        in caught.value.hint
+        "[clean], [container], [env], [fabric], [hardware], [job], [match], [network], "
+        "[partitions], [qos], [site], [sources]" in caught.value.hint
     )
 
 
@@ -154,7 +154,7 @@ def test_unknown_key_without_close_match_still_lists_known_keys(
         load_profile(path)
     assert caught.value.hint is not None
     assert "did you mean" not in caught.value.hint
-    assert "known keys in [job]: binds, constraint, cpus_per_task" in caught.value.hint
+    assert "known keys in [job]: binds, constraint, cpu_bind, cpus_per_task" in caught.value.hint
 
 
 def test_key_outside_any_section_points_to_its_section(write_profile: WriteProfile) -> None:

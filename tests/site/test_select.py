@@ -148,7 +148,7 @@ def test_unknown_name_lists_the_known_ones(site_dir: Path, source: str) -> None:
     with pytest.raises(ProfileError, match=f"unknown site profile 'alfa' \\(from {source}\\)") as c:
         select_profile(env, "host", explicit)
     assert c.value.hint is not None
-    assert re.search(r"known profiles: alpha, beta, .*gamma, generic, .*puhti", c.value.hint)
+    assert re.search(r"known profiles: alpha, .*beta, .*gamma, generic, .*puhti", c.value.hint)
     assert str(site_dir) in c.value.hint
 
 
@@ -214,7 +214,7 @@ def test_shipped_profiles_are_found() -> None:
     assert known_profiles({})["puhti"] == shipped / "puhti.toml"
 
 
-def test_match_reason_tries_hostname_then_cluster_then_marker(
+def test_match_reason_tries_cluster_then_hostname_then_marker(
     write_profile: WriteProfile,
 ) -> None:
     profile = load_profile(
@@ -231,7 +231,42 @@ def test_match_reason_tries_hostname_then_cluster_then_marker(
         )
     )
     everything = {"SLURM_CLUSTER_NAME": "allc", "MARK": "on"}
-    assert match_reason(profile, everything, "gpu1") == "auto: hostname 'gpu1' matched 'gpu*'"
-    assert match_reason(profile, everything, "cpu1") == "auto: SLURM_CLUSTER_NAME 'allc' matched"
+    assert match_reason(profile, everything, "gpu1") == "auto: SLURM_CLUSTER_NAME 'allc' matched"
+    assert match_reason(profile, {"MARK": "off"}, "gpu1") == "auto: hostname 'gpu1' matched 'gpu*'"
     assert match_reason(profile, {"MARK": "on"}, "cpu1") == "auto: MARK 'on' matched 'on'"
     assert match_reason(profile, {"MARK": "off"}, "cpu1") is None
+
+
+def test_inside_another_cluster_no_rule_of_a_profile_naming_its_clusters_matches(
+    write_profile: WriteProfile,
+) -> None:
+    """A job on cluster "other" whose node happens to look like this site's, with this
+    site's marker variable set: the cluster name settles it."""
+    profile = load_profile(
+        write_profile(
+            "mine",
+            """\
+            [site]
+            name = "mine"
+            [match]
+            hostnames = ["node[0-9][0-9][0-9][0-9]"]
+            slurm_cluster_names = ["mine"]
+            env = { MARK = "on" }
+            """,
+        )
+    )
+    assert match_reason(profile, {"SLURM_CLUSTER_NAME": "other", "MARK": "on"}, "node0401") is None
+    assert match_reason(profile, {}, "node0401") == (
+        "auto: hostname 'node0401' matched 'node[0-9][0-9][0-9][0-9]'"
+    )
+
+
+def test_a_profile_without_cluster_names_still_matches_by_host_inside_slurm(
+    write_profile: WriteProfile,
+) -> None:
+    profile = load_profile(
+        write_profile("hosts", '[site]\nname = "hosts"\n[match]\nhostnames = ["gpu*"]\n')
+    )
+    assert match_reason(profile, {"SLURM_CLUSTER_NAME": "any"}, "gpu7") == (
+        "auto: hostname 'gpu7' matched 'gpu*'"
+    )

@@ -18,6 +18,7 @@ from ddpimg.train.config import TrainConfig
 from ddpimg.train.loop import Summary, Trainer, train
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
+from ddpimg.train.sharding import EvalShard
 from ddpimg.train.strategies.ddp import DdpStrategy
 from ddpimg.train.tasks.mnist.task import MnistTask
 
@@ -138,11 +139,23 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
     ctx: DistContext, make_config: Callable[..., TrainConfig]
 ) -> None:
     # Rank 0 of 4 gets none of 2 samples but must run the same number of (empty) forwards.
+    # Alone in its process group, it counts the 0 samples it saw: the check that the ranks
+    # evaluated the whole set, each sample once, catches it.
     config = make_config(eval_samples=2)
     rank0_of_4 = replace(ctx, world_size=4)
     task = MnistTask(config, rank0_of_4)
     trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None)
-    assert trainer.evaluate() == (0.0, 0.0)
+    assert [where.stop - where.start for where in EvalShard(2, 1000, 0, 4).plan().slices] == [0]
+    with pytest.raises(RuntimeError, match=r"^the ranks evaluated 0 samples of a set of 2$"):
+        trainer.evaluate()
+
+
+def test_eval_lines_count_the_samples(
+    ctx: DistContext, make_config: Callable[..., TrainConfig]
+) -> None:
+    _, lines = run(make_config(eval_samples=37, max_steps=2), ctx)
+    evaluations = [line for line in lines if line["kind"] == "eval"]
+    assert [(line["samples"], line["epoch"]) for line in evaluations] == [(37, 1)]
 
 
 @pytest.mark.parametrize(("warmup", "counted"), [(0, True), (4, True), (5, False)])

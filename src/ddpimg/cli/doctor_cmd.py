@@ -16,6 +16,7 @@ from ddpimg.cli.launch_options import (
     add_local_rank_argument,
     add_nproc_argument,
     add_site_options,
+    local_workers,
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
@@ -97,9 +98,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     plan = plan_from_args(args, env)
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
-    if args.nproc_per_node:
+    nproc = local_workers(args)
+    if nproc:
         program = ["-m", "ddpimg", *strip_nproc(argv)]
-        return launch_local_workers(plan, args.nproc_per_node, program, timeout_s=args.timeout)
+        return launch_local_workers(plan, nproc, program, timeout_s=args.timeout)
     report = local_report(plan)
     if report.problems:
         # Without the interfaces no process group can form: say so on this rank and stop.

@@ -92,11 +92,29 @@ def add_nproc_argument(parser: argparse.ArgumentParser | Any) -> None:
     parser.add_argument(
         "--nproc-per-node",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
         help="start N local workers through torchrun's launcher API (laptops, CI, or one "
         "task per node under srun)",
     )
+
+
+def local_workers(args: argparse.Namespace) -> int:
+    """The workers ``--nproc-per-node`` asks for; 0 when it is not given. Fewer than one is
+    an error: 0 would silently train in this process alone, and torch's launcher stops a
+    negative count with an AssertionError."""
+    nproc: int | None = args.nproc_per_node
+    if nproc is None:
+        return 0
+    if nproc < 1:
+        from ddpimg.errors import LauncherError
+
+        raise LauncherError(
+            f"--nproc-per-node {nproc}: the number of local workers must be at least 1",
+            hint="--nproc-per-node N with N >= 1 (one per GPU of the node), or leave it out "
+            "to run this process alone",
+        )
+    return nproc
 
 
 def plan_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchPlan:

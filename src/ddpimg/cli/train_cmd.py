@@ -13,6 +13,7 @@ from ddpimg.cli.launch_options import (
     add_local_rank_argument,
     add_nproc_argument,
     add_site_options,
+    local_workers,
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     startup.mark("plan")
     if args.script is not None and not args.script:
         raise LauncherError("--script needs a FILE", hint="train --script my_ddp.py --lr 0.1")
-    if args.nproc_per_node:
+    nproc = local_workers(args)
+    if nproc:
         worker_argv = strip_nproc(argv)
         program = (
             worker_argv[worker_argv.index("--script") + 1 :]
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         )
         return launch_local_workers(
             plan,
-            args.nproc_per_node,
+            nproc,
             program,
             timeout_s=args.timeout,
             preempt_signals=parse_signals(args.preempt_signals),

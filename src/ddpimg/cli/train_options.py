@@ -228,17 +228,17 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         lr=args.lr,
         gamma=args.gamma,
         warmup_steps=args.warmup_steps,
-        arch=args.arch,
-        image_size=args.image_size,
-        sync_batchnorm=args.sync_batchnorm,
-        size=args.size,
-        seq_len=args.seq_len,
-        gpus_per_replica=args.gpus_per_replica,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         resume=args.resume,
         preempt_signals=parse_signals(args.preempt_signals),
         preempt_check_every=args.preempt_check_every,
+        # Every trainer's own flags, None unless given (the trainer's default applies).
+        **{
+            flag.field: getattr(args, flag.field)
+            for spec in TRAINERS.values()
+            for flag in spec.flags
+        },
     )
     trainer_for(config)
     strategy_for(config)

@@ -8,11 +8,11 @@ other members are ignored. ``ROOT/dataset.json`` (written by ``ddpimg data pack`
 classes; without it they are named by their numbers.
 
 The index (a ``SampleTable``: shard number, byte offset and size of the image member, label,
-member name) is built by reading the tar headers once, which seeks past the image data and
-so costs little I/O. It remembers every shard's name, size and modification time (whole
-seconds), and is rebuilt when they change. A sample is then one ``pread`` of its byte
-range: no sequential pass over the shards, and the sampler, not the shard layout, decides
-the order.
+member name) is built by reading the tar headers once (``tarheaders``), which skips the
+image data and so costs little I/O. It remembers every shard's name, size and
+modification time (whole seconds), and is rebuilt when they change. A sample is then one
+``pread`` of its byte range: no sequential pass over the shards, and the sampler, not the
+shard layout, decides the order.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tarfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ddpimg.data.images import IMAGE_EXTENSIONS
 from ddpimg.data.table import SampleTable, read_table, write_table
+from ddpimg.data.tarheaders import TarFormatError, members
 from ddpimg.errors import DataError
 
 KIND = "webdataset"
@@ -60,39 +60,41 @@ def scan_shard(path: Path) -> list[tuple[str, int, int, int]]:
     images: dict[str, tuple[str, int, int]] = {}
     labels: dict[str, int] = {}
     try:
-        with tarfile.open(path, mode="r:") as tar:
-            for member in tar:
-                parts = split_member(member.name) if member.isfile() else None
-                if parts is None:
-                    continue
-                key, extension = parts
-                if extension.lower() in _IMAGE_EXTENSIONS and key not in images:
-                    images[key] = (member.name, member.offset_data, member.size)
-                elif extension == LABEL_EXTENSION:
-                    labels[key] = _label(tar, member, path)
-    except (tarfile.TarError, OSError) as err:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError as err:
+        raise DataError(f"--data: {path} cannot be opened ({err.strerror})", hint=TAR_HINT) from err
+    try:
+        for member in members(descriptor, os.fstat(descriptor).st_size):
+            parts = split_member(member.name) if member.is_file else None
+            if parts is None:
+                continue
+            key, extension = parts
+            if extension.lower() in _IMAGE_EXTENSIONS and key not in images:
+                images[key] = (member.name, member.offset, member.size)
+            elif extension == LABEL_EXTENSION:
+                text = os.pread(descriptor, member.size, member.offset)
+                labels[key] = _label(text, f"{path}:{member.name}")
+    except TarFormatError as err:
         raise DataError(
             f"--data: {path} cannot be read as a tar file ({err})",
             hint="the shard is damaged or incomplete; pack it again (`ddpimg data pack` "
             "resumes and rewrites only missing shards)",
         ) from err
+    finally:
+        os.close(descriptor)
     samples = []
     for key, (name, offset, size) in images.items():
         if key not in labels:
-            raise DataError(
-                f"--data: {path}: sample {key!r} has no {key}.cls member", hint=TAR_HINT
-            )
+            message = f"--data: {path}: sample {key!r} has no {key}.cls member"
+            raise DataError(message, hint=TAR_HINT)
         samples.append((name, offset, size, labels[key]))
     return samples
 
 
-def _label(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> int:
-    stream = tar.extractfile(member)
-    text = stream.read().decode("utf-8", "replace").strip() if stream else ""
+def _label(data: bytes, where: str) -> int:
+    text = data.decode("utf-8", "replace").strip()
     if not text.isdigit():
-        raise DataError(
-            f"--data: {path}:{member.name} holds {text[:20]!r}, not a class number", hint=TAR_HINT
-        )
+        raise DataError(f"--data: {where} holds {text[:20]!r}, not a class number", hint=TAR_HINT)
     return int(text)
 
 

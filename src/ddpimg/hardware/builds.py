@@ -2,24 +2,34 @@
 and which driver it needs.
 
 A flavour is one lock file (``containers/lock/LOCK.txt``) and the GPU image built from it
-(``nox -s image -- gpu --torch LOCK``):
+(``nox -s image -- gpu --torch LOCK``), for one CPU architecture:
 
-============  ==============  =====================  =============================  ===========
-flavour       lock            torch (CUDA)           kernels for                    driver
-============  ==============  =====================  =============================  ===========
-``cuda13``    ``pypi``        2.14.1 (CUDA 13.0)     sm 7.5 8.0 8.6 9.0 10.0 12.0   >= 580
-``cuda12``    ``pypi-cu128``  2.10.0 (CUDA 12.8)     sm 7.0 7.5 8.0 8.6 9.0 10.0    >= 570
-                                                     12.0
-``rocm``      none yet        (AMD GPUs)
-============  ==============  =====================  =============================  ===========
+================  ==============  ===========  ===================  ======================  ======
+flavour           lock            machine      torch (CUDA)         kernels for (sm)        driver
+================  ==============  ===========  ===================  ======================  ======
+``cuda13``        ``pypi``        x86_64       2.14.1 (CUDA 13.0)   7.5 8.0 8.6 9.0 10.0    >= 580
+                                                                    12.0
+``cuda12``        ``pypi-cu128``  x86_64       2.10.0 (CUDA 12.8)   7.0 7.5 8.0 8.6 9.0     >= 570
+                                                                    10.0 12.0
+``cuda13-arm64``  ``pypi-arm64``  aarch64      2.14.1 (CUDA 13.0)   8.0 9.0 10.0 11.0 12.0  >= 580
+``rocm``          none yet        x86_64       (AMD GPUs)
+================  ==============  ===========  ===================  ======================  ======
 
 The architectures are what ``torch._C._cuda_getArchFlags()`` prints in each image (no GPU
-needed to ask); neither build lists a ``compute_*`` entry, i.e. torch's kernels carry no PTX
+needed to ask); no build lists a ``compute_*`` entry, i.e. torch's kernels carry no PTX
 that a newer GPU's driver could compile. Compiled code (SASS) for X.y runs on GPUs X.z with
 z >= y (sm_86 code on an sm_89 L40), never on another major or a lower minor. Hence the V100
 (sm 7.0: Palmetto, Puhti, HDF-ML) needs ``cuda12``: every CUDA kernel of ``cuda13``, whose
-oldest is sm 7.5, fails on it. ``tests/containers/test_flavours.py`` checks this table against
-the built images, ``tests/hardware/test_builds.py`` against the lock files.
+oldest is sm 7.5, fails on it.
+
+``cuda13-arm64`` is PyPI's aarch64 build of the same torch release (the
+``manylinux_2_28_aarch64`` wheel), for GH200 nodes (Grace CPU, H100 GPU: sm 9.0; JUPITER,
+Alps, Isambard-AI, Roihu) and the other NVIDIA systems with Arm CPUs: GB200 (sm 10.0), Thor
+(sm 11.0), DGX Spark (sm 12.1, served by sm 12.0). Its list differs from x86-64's: no sm 7.5 or
+8.6 (an sm 8.6 GPU runs the sm 8.0 code), and sm 11.0 added. An image runs only on its own
+``machine`` (``platform.machine()``), which is what tells two flavours of one torch release
+apart. ``tests/containers/test_flavours.py`` checks this table against the built images,
+``tests/hardware/test_builds.py`` against the lock files.
 
 ``min_driver`` is the driver branch of the build's CUDA toolkit release (CUDA 13.0: R580,
 CUDA 12.8: R570), also what the image's CUDA base demands before the NVIDIA container
@@ -46,7 +56,7 @@ Arch = tuple[int, int]  # a compute capability, (major, minor): sm_86 is (8, 6)
 class TorchBuild:
     """One torch build an image flavour ships."""
 
-    name: str  # the flavour: "cuda13", "cuda12", "rocm"
+    name: str  # the flavour: "cuda13", "cuda12", "cuda13-arm64", "rocm"
     lock: str | None  # containers/lock/LOCK.txt; None: no lock yet
     torch_version: str | None  # the public version ("2.10.0"); None: not pinned (no lock)
     cuda_version: str | None  # torch.version.cuda, "major.minor"; None: not a CUDA build
@@ -57,6 +67,7 @@ class TorchBuild:
     # What `nox -s image -- gpu --torch LOCK` tags. The rocm flavour's tag names the image
     # LUMI needs (README, `ddpimg sbatch`) although no lock can build it here yet.
     image_tag: str
+    machine: Literal["x86_64", "aarch64"] = "x86_64"  # platform.machine() of the image's CPU
 
 
 BUILDS: Mapping[str, TorchBuild] = MappingProxyType(
@@ -71,6 +82,7 @@ BUILDS: Mapping[str, TorchBuild] = MappingProxyType(
             ptx_arch=None,
             min_driver=580,
             image_tag="ddpimg:gpu",
+            machine="x86_64",
         ),
         "cuda12": TorchBuild(
             name="cuda12",
@@ -82,6 +94,19 @@ BUILDS: Mapping[str, TorchBuild] = MappingProxyType(
             ptx_arch=None,
             min_driver=570,
             image_tag="ddpimg:gpu-cu128",
+            machine="x86_64",
+        ),
+        "cuda13-arm64": TorchBuild(
+            name="cuda13-arm64",
+            lock="pypi-arm64",
+            torch_version="2.14.1",
+            cuda_version="13.0",
+            vendor="nvidia",
+            archs=((8, 0), (9, 0), (10, 0), (11, 0), (12, 0)),
+            ptx_arch=None,
+            min_driver=580,
+            image_tag="ddpimg:gpu-arm64",
+            machine="aarch64",
         ),
         "rocm": TorchBuild(
             name="rocm",
@@ -93,6 +118,7 @@ BUILDS: Mapping[str, TorchBuild] = MappingProxyType(
             ptx_arch=None,
             min_driver=None,
             image_tag="ddpimg:gpu-rocm",
+            machine="x86_64",
         ),
     }
 )
@@ -108,11 +134,11 @@ def _major_minor(version: str) -> str:
 
 
 def build_for_torch(
-    torch_version: str, cuda_version: str | None, hip_version: str | None
+    torch_version: str, cuda_version: str | None, hip_version: str | None, machine: str
 ) -> TorchBuild | None:
     """The flavour whose build this torch is, from ``torch.__version__``,
-    ``torch.version.cuda`` and ``torch.version.hip``; None for a build no image ships (a
-    CPU-only torch, another version, another CUDA).
+    ``torch.version.cuda``, ``torch.version.hip`` and ``platform.machine()``; None for a
+    build no image ships (a CPU-only torch, another version, another CUDA, another CPU).
 
     Any ROCm build is the ``rocm`` flavour, which pins no version yet.
     """
@@ -123,6 +149,8 @@ def build_for_torch(
         )
     version = _public(torch_version)
     for build in BUILDS.values():
+        if build.machine != machine:
+            continue
         if hip_version:
             matches = build.vendor == "amd" and build.torch_version in (None, version)
         elif cuda_version:

@@ -13,14 +13,15 @@ No torch, no os.environ: the command line (:mod:`ddpimg.cli.sbatch_cmd`) does th
 from __future__ import annotations
 
 from ddpimg.errors import JobError
-from ddpimg.jobs.checks import ERROR, WARNING, Finding, check_job, raise_for_errors
+from ddpimg.jobs.checks import check_job, raise_for_errors
 from ddpimg.jobs.command import TrainCommand
 from ddpimg.jobs.fields import FIELDS
+from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.job_file import JobFile, load_job_file
 from ddpimg.jobs.render import render_script
 from ddpimg.jobs.resolve import flag_values, resolve_job, select_job_profile
-from ddpimg.jobs.slurm_time import parse_slurm_time
 from ddpimg.jobs.spec import JobSpec
+from ddpimg.slurm_units import parse_slurm_time
 
 __all__ = [
     "ERROR",

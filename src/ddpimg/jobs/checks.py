@@ -1,50 +1,49 @@
 """Checks run before a script is rendered: each finding is an error or a warning with a hint.
 
 They catch what hand-written batch scripts get wrong: tasks per node that do not match the
-GPUs, GPUs spread thinly over many nodes, more GPUs than a node has, a launcher (torchrun,
-DeepSpeed, mpirun) started in every task, a missing image, a USR2 warning that cannot come
-before the time limit.
+GPUs, GPUs spread thinly over many nodes, more GPUs than a node has, a GPU type the site's
+Slurm does not know (case and all), a time, node count, GPU count or memory over what the
+partition or QOS allows, a launcher (torchrun, DeepSpeed, mpirun) started in every task, a
+missing image, an image this project cannot build, a CPU binding that does not fit the
+tasks, a USR2 warning that cannot come before the time limit, a retired site.
+
+A partition's or QOS's limit is an error when the site's documentation states it (its
+``[sources]`` entry is a URL), a warning when it is marked unverified.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from ddpimg.errors import JobError, with_hint
+from ddpimg.errors import JobError
 from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
-from ddpimg.jobs.flavour import flavour_mismatch
-from ddpimg.jobs.spec import DEFAULT, JobSpec, counted
-from ddpimg.site.model import SiteProfile
-
-ERROR = "error"
-WARNING = "warning"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem: ``level`` is ``error`` (nothing is rendered) or ``warning``."""
-
-    level: str
-    message: str
-    hint: str
-
-    def __str__(self) -> str:
-        return with_hint(self.message, self.hint)
+from ddpimg.jobs.data import check_data
+from ddpimg.jobs.findings import ERROR, WARNING, Finding
+from ddpimg.jobs.flavour import default_image, flavour_mismatch, unbuildable
+from ddpimg.jobs.spec import DEFAULT, JobSpec, bind_entries, counted
+from ddpimg.site.container import FILE_IMAGE_FORMS, RUNTIMES
+from ddpimg.site.model import Limits, SiteProfile
+from ddpimg.site.sources import is_documented, source_of
+from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 
 
 def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> list[Finding]:
     """Every finding about ``spec`` on ``profile``'s nodes, errors first. ``submit``: the
     script is about to be submitted, so the image file must exist now."""
     findings = [
+        *_check_status(profile),
         *_check_command(spec),
+        *check_data(spec),
         *_check_gpus(spec, profile),
+        *_check_gpu_type(spec, profile),
         *_check_layout(spec),
         *_check_time(spec),
+        *_check_limits(spec, profile),
         *_check_image(spec, submit),
         *_check_flavour(spec, profile),
+        *_check_cpu_bind(spec, profile),
         *_check_output(spec),
     ]
     return sorted(findings, key=lambda finding: finding.level != ERROR)
@@ -115,8 +114,21 @@ def _check_command(spec: JobSpec) -> list[Finding]:
     return []
 
 
+def _check_status(profile: SiteProfile) -> list[Finding]:
+    if not profile.retired_notice:
+        return []
+    return [
+        _warning(
+            profile.retired_notice,
+            hint="its profile is kept for its users' archives (re-rendering an old job); "
+            "choose the site that replaced it with --site",
+        )
+    ]
+
+
 def _check_gpus(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
-    site_gpus = profile.job.gpus_per_node
+    usual = profile.job.gpus_per_node
+    site_gpus = profile.job.max_gpus_per_node or usual
     if spec.gpu_request == "none":
         return []
     if spec.gpus_per_node == 0:
@@ -138,25 +150,126 @@ def _check_gpus(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
                 f"--gpus-per-node {site_gpus}",
             )
         ]
-    if site_gpus and spec.nodes > 1 and spec.gpus_per_node < site_gpus:
+    whole = usual if spec.gpus_per_node <= usual else site_gpus
+    if whole and spec.nodes > 1 and spec.gpus_per_node < whole:
         total = spec.nodes * spec.gpus_per_node
-        whole = math.ceil(total / site_gpus)
+        nodes = math.ceil(total / whole)
         what = (
             "one GPU per node on a multi-node job"
             if spec.gpus_per_node == 1
-            else f"{spec.gpus_per_node} of {site_gpus} GPUs per node on a multi-node job"
+            else f"{spec.gpus_per_node} of {whole} GPUs per node on a multi-node job"
         )
         return [
             _warning(
                 f"{what} ({spec.nodes} nodes x {spec.gpus_per_node}): ranks talk over the "
                 "network where GPUs of one node would talk directly, and the nodes' other "
                 "GPUs sit idle",
-                hint=f"use whole nodes first: --nodes {whole} --gpus-per-node {site_gpus} "
-                f"({counted(whole * site_gpus, 'GPU')}; with "
+                hint=f"use whole nodes first: --nodes {nodes} --gpus-per-node {whole} "
+                f"({counted(nodes * whole, 'GPU')}; with "
                 "--global-batch-size the loss trajectory does not change)",
             )
         ]
     return []
+
+
+def _check_gpu_type(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    known = profile.job.gpu_types
+    if not spec.gpus_requested or not spec.gpu_type or not known or spec.gpu_type in known:
+        return []
+    same_letters = [name for name in known if name.lower() == spec.gpu_type.lower()]
+    hint = (
+        f"--gpu-type {same_letters[0]}: Slurm's GPU type names are case-sensitive"
+        if same_letters
+        else f"one of {', '.join(known)} (--gpu-type; Slurm's names are case-sensitive)"
+    )
+    return [
+        _error(
+            f"{spec.origin('gpu_type')}: site {profile.name}'s Slurm knows no GPU type "
+            f"'{spec.gpu_type}' (its types: {', '.join(known)})",
+            hint=hint,
+        )
+    ]
+
+
+def _check_limits(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    findings: list[Finding] = []
+    for section, name, field in (
+        ("partitions", spec.partition, "partition"),
+        ("qos", spec.qos, "qos"),
+    ):
+        limits = dict(getattr(profile, section)).get(name)
+        if not name or limits is None:
+            continue
+        source = source_of(profile, f"{section}.{name}")
+        where = f"{'partition' if field == 'partition' else 'QOS'} {name} of site {profile.name}"
+        cited = f" (source: {source})" if is_documented(source) else f" ({source or 'unverified'})"
+        level = ERROR if is_documented(source) else WARNING
+        for message, hint in _over_limits(spec, limits, where):
+            findings.append(Finding(level, message, hint + cited))
+    return findings
+
+
+def _over_limits(spec: JobSpec, limits: Limits, where: str) -> list[tuple[str, str]]:
+    """(message, hint) for each limit of ``where`` that ``spec`` exceeds."""
+    found: list[tuple[str, str]] = []
+    limit_s = parse_slurm_time(limits.max_time) if limits.max_time else None
+    # No --time: the partition's own default applies, which is within its limit. An
+    # UNLIMITED --time (None seconds) is over any limit.
+    asked_s = spec.time_seconds
+    if spec.time and limit_s is not None and (asked_s is None or asked_s > limit_s):
+        found.append(
+            (
+                f"{spec.origin('time')} is longer than {where} allows ({limits.max_time})",
+                f"--time {limits.max_time} at most, or another partition or QOS",
+            )
+        )
+    if limits.max_nodes and spec.nodes > limits.max_nodes:
+        found.append(
+            (
+                f"{spec.origin('nodes')}: {where} allows at most {limits.max_nodes} nodes",
+                f"--nodes {limits.max_nodes} at most, or another partition or QOS",
+            )
+        )
+    if limits.min_nodes and spec.nodes < limits.min_nodes:
+        found.append(
+            (
+                f"{spec.origin('nodes')}: {where} takes jobs of {limits.min_nodes} nodes or more",
+                "more nodes, or another partition or QOS",
+            )
+        )
+    gpus = spec.nodes * spec.gpus_per_node if spec.gpus_requested else 0
+    if limits.max_gpus and gpus > limits.max_gpus:
+        found.append(
+            (
+                f"{spec.nodes} nodes x {spec.gpus_per_node} GPUs = {gpus}: {where} allows at "
+                f"most {counted(limits.max_gpus, 'GPU')} a job",
+                "fewer GPUs, or another partition or QOS",
+            )
+        )
+    if (
+        limits.min_gpus_per_node
+        and spec.gpus_requested
+        and (spec.gpus_per_node < limits.min_gpus_per_node)
+    ):
+        found.append(
+            (
+                f"{spec.origin('gpus_per_node')}: {where} takes "
+                f"{limits.min_gpus_per_node} GPUs per node or more",
+                f"--gpus-per-node {limits.min_gpus_per_node}, or another partition",
+            )
+        )
+    if (
+        limits.max_mem
+        and spec.mem
+        and parse_slurm_memory(spec.mem) > parse_slurm_memory(limits.max_mem)
+    ):
+        found.append(
+            (
+                f"{spec.origin('mem')} per node is more than {where} allows ({limits.max_mem})",
+                f"--mem {limits.max_mem} at most",
+            )
+        )
+    return found
 
 
 def _check_layout(spec: JobSpec) -> list[Finding]:
@@ -234,16 +347,17 @@ def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
             return [
                 _warning(
                     f"{spec.origin('image')} is not used with --runtime none",
-                    hint="--runtime apptainer or docker to run in the image",
+                    hint="--runtime apptainer (or the site's runtime) to run in the image",
                 )
             ]
         return []
-    if submit and spec.runtime == "apptainer" and not Path(spec.image).is_file():
+    is_file = RUNTIMES[spec.runtime].image_form in FILE_IMAGE_FORMS
+    if submit and is_file and not Path(spec.image).is_file():
         return [
             _error(
                 f"image file {spec.image} does not exist (from {Path.cwd()})",
-                hint="build it first (apptainer build ddp.sif ...; see README.md) or give "
-                "its path with --image",
+                hint="build it first (apptainer build ddp.sif ..., enroot import "
+                "dockerd://ddpimg:gpu; see docs/containers.md) or give its path with --image",
             )
         ]
     return []
@@ -252,8 +366,33 @@ def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
 def _check_flavour(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
     if spec.runtime == "none" or not spec.gpus_requested:
         return []
+    missing = unbuildable(profile.hardware)
+    if missing and spec.source("image") == DEFAULT:
+        return [
+            _error(
+                f"site {profile.name}'s {profile.hardware.gpus or 'GPUs'} need the {missing} "
+                f"image ({spec.image}), which this project cannot build yet (no lock: its "
+                "torch wheels come from an index the build machines cannot reach)",
+                hint="build that flavour of containers/Dockerfile where its wheels are "
+                "reachable and pass --image PATH; or run the CPU image: --gpu-request none "
+                f"--image {default_image(spec.runtime, profile.hardware, gpus=False)}",
+            )
+        ]
     mismatch = flavour_mismatch(spec.image, profile.hardware)
     return [_warning(*mismatch)] if mismatch else []
+
+
+def _check_cpu_bind(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    entries = bind_entries(spec.cpu_bind)
+    if not spec.cpu_bind or spec.cpu_bind_applies or entries is None:
+        return []
+    return [
+        _warning(
+            f"{spec.origin('cpu_bind')} binds {counted(entries, 'task')} per node one by one, "
+            f"this job runs {spec.ntasks_per_node}: no --cpu-bind is rendered",
+            hint=f"--ntasks-per-node {entries} (one task per GPU, --launch srun) to have it",
+        )
+    ]
 
 
 def _check_output(spec: JobSpec) -> list[Finding]:

@@ -8,7 +8,8 @@ A ``train`` (or ``ddpimg train``) command gets, unless the user already gave the
   its id), so ``--resume auto`` never picks up another job's checkpoints;
 - ``--resume auto``: a requeued job goes on from its last checkpoint;
 - ``--nproc-per-node G`` with ``--launch torchrun``: one launcher task per node starts G
-  workers.
+  workers;
+- ``--data``, where ``--data-image`` or ``--stage-data`` put the data (``ddpimg.jobs.data``).
 
 They go before ``--script``, which takes the rest of the line. ``ddpimg doctor`` only gets
 ``--site``. Anything else runs as given.
@@ -78,6 +79,19 @@ class TrainCommand:
         """``--script FILE ARGS`` or nothing."""
         return self.words[len(self.head) :]
 
+    def head_without(self, name: str) -> tuple[str, ...]:
+        """``head`` without the option ``--name V`` / ``--name=V``."""
+        kept: list[str] = []
+        skip = False
+        for word in self.head:
+            if skip:
+                skip = False
+            elif word == name:
+                skip = True
+            elif not word.startswith(name + "="):
+                kept.append(word)
+        return tuple(kept)
+
     def option(self, name: str) -> str | None:
         """The value of ``--name V`` / ``--name=V`` among ddpimg's options, else None ("" when
         the option ends the line)."""
@@ -90,9 +104,20 @@ class TrainCommand:
         return None
 
 
-def shell_words(command: TrainCommand, site: str, launch: str, workers_per_node: int) -> list[str]:
-    """The command as shell words for the batch script, with ddpimg's options added."""
-    quoted = [shlex.quote(word) for word in command.head]
+def shell_words(
+    command: TrainCommand,
+    site: str,
+    launch: str,
+    workers_per_node: int,
+    data: str | None = None,
+) -> list[str]:
+    """The command as shell words for the batch script, with ddpimg's options added;
+    ``data``: the shell word ``--data`` becomes (``ddpimg.jobs.data``), replacing the
+    user's."""
+    head = command.head if data is None else command.head_without("--data")
+    quoted = [shlex.quote(word) for word in head]
+    if data is not None:
+        quoted += ["--data", data]
     if command.kind in (TRAIN, DOCTOR) and command.option("--site") is None:
         quoted += ["--site", shlex.quote(site)]
     if command.kind == TRAIN and not command.script:

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpimg.errors import JobError
-from ddpimg.jobs.slurm_time import parse_slurm_time
+from ddpimg.site.container import DEFAULT_RUNTIME, RUNTIMES
+from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 from ddpimg.tomlfile import INTEGER, STRING, STRING_LIST, Kind
 
-RUNTIMES = ("apptainer", "docker", "none")
 LAUNCHES = ("srun", "torchrun")
 GPU_REQUESTS = ("gres", "gpus-per-node", "none")
 GPU_VENDORS = ("nvidia", "amd")
-DEFAULT_IMAGES = {"apptainer": "ddp.sif", "docker": "ddpimg:cpu", "none": ""}
 # Slurm stores the --signal lead time in 16 bits.
 MAX_SIGNAL_SECONDS = 65535
 _NO_SPACE = re.compile(r"[^\s\x00-\x1f\x7f]+\Z")
@@ -33,6 +32,10 @@ _TOML_KINDS: Mapping[type, Kind] = {int: INTEGER, str: STRING, list: STRING_LIST
 
 def _slurm_time(text: str, where: str) -> None:
     parse_slurm_time(text, where)
+
+
+def _slurm_memory(text: str, where: str) -> None:
+    parse_slurm_memory(text, where)
 
 
 def _single_bind(text: str, where: str) -> None:
@@ -133,8 +136,26 @@ FIELDS: tuple[Field, ...] = (
         check=_slurm_time,
     ),
     Field("partition", str, "", "partition", "P", from_profile=True),
+    Field("qos", str, "", "quality of service (--qos)", "QOS", from_profile=True),
     Field("account", str, "", "account (project) to charge", "A"),
     Field("constraint", str, "", "node features (--constraint)", "C", from_profile=True),
+    Field(
+        "mem",
+        str,
+        "",
+        "memory per node, Slurm's size (320G; 0: all of it); default: the site's memory per "
+        "GPU times the GPUs",
+        "SIZE",
+        check=_slurm_memory,
+    ),
+    Field(
+        "cpu_bind",
+        str,
+        "",
+        "srun --cpu-bind, e.g. one core mask per task",
+        "BIND",
+        from_profile=True,
+    ),
     Field("job_name", str, "ddpimg", "job name (%x in --output)", "NAME"),
     Field("array", str, "", "job array indices, e.g. 0-3", "SPEC"),
     Field("output", str, "", "log file pattern (default: %x-%j.out, arrays %x-%A_%a.out)", "PAT"),
@@ -142,12 +163,19 @@ FIELDS: tuple[Field, ...] = (
         "image",
         str,
         "",
-        "container image: a .sif file (apptainer) or a tag (docker); default: "
-        + ", ".join(f"{k} {v}" for k, v in DEFAULT_IMAGES.items() if v),
+        "container image: a .sif file (apptainer, singularity), a tag (docker, podman-hpc) or "
+        "a .sqsh file (pyxis, edf); default: the site's flavour, named by ddpimg.imagenames",
         "IMAGE",
         spaces=True,
     ),
-    Field("runtime", str, "apptainer", "how each task starts the image", choices=RUNTIMES),
+    Field(
+        "runtime",
+        str,
+        DEFAULT_RUNTIME,
+        "how each task starts the image",
+        choices=tuple(RUNTIMES),
+        from_profile=True,
+    ),
     Field(
         "launch",
         str,
@@ -176,6 +204,30 @@ FIELDS: tuple[Field, ...] = (
         maximum=MAX_SIGNAL_SECONDS,
     ),
     Field("max_restarts", int, 3, "requeue a preempted job at most this often", "N", minimum=0),
+    Field(
+        "data_image",
+        str,
+        "",
+        "a squashfs image of the dataset (mksquashfs of `ddpimg data pack`'s output), mounted "
+        "read-only at /data in the container (apptainer, singularity); train gets --data /data",
+        "FILE",
+    ),
+    Field(
+        "stage_data",
+        str,
+        "",
+        "a dataset directory copied once per node to --local-dir before training (and removed "
+        "after); train gets --data the copy",
+        "DIR",
+    ),
+    Field(
+        "local_dir",
+        str,
+        "${TMPDIR:-/tmp}",
+        "node-local directory for --stage-data (expanded on the node: $VARIABLES allowed)",
+        "DIR",
+        from_profile=True,
+    ),
     Field(
         "sbatch_options",
         list,

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import shlex
 import textwrap
-from collections.abc import Iterable
 
 from ddpimg import exitcodes
 from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
+from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
-from ddpimg.site.fabric import split_bind
 from ddpimg.site.model import SiteProfile
-from ddpimg.topology.slurm import SLURM_VARIABLES
 
 INDENT = "    "
 COMMENT_WIDTH = 90
@@ -32,15 +31,12 @@ TASK_PRELUDE = (
     'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) '
     'on $(hostname -s)" >&2; exec "$@"'
 )
-# Docker passes no host variables into a container: these are the ones ddpimg reads there.
-DOCKER_ENV = tuple(sorted({name for names in SLURM_VARIABLES.values() for name in names}))
-DOCKER_ENV_PER_LINE = 4
 
 
 def render_script(spec: JobSpec, profile: SiteProfile) -> str:
     """The batch script for ``spec`` on ``profile``'s site (checks are the caller's job:
     :func:`ddpimg.jobs.checks.check_job`)."""
-    lines = [*_header(spec, profile), *_directives(spec, profile), "", *_body(spec)]
+    lines = [*_header(spec, profile), *_directives(spec, profile), "", *_body(spec, profile)]
     return "\n".join(lines) + "\n"
 
 
@@ -105,8 +101,10 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
     ]
     lines += _optional("time", spec.time)
     lines += _optional("partition", spec.partition)
+    lines += _optional("qos", spec.qos)
     lines += _optional("account", spec.account)
     lines += _optional("constraint", spec.constraint)
+    lines += _optional("mem", spec.mem)
     lines += _optional("array", spec.array)
     lines += [
         "# The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode",
@@ -132,7 +130,7 @@ def _optional(name: str, value: str) -> list[str]:
     return [f"#SBATCH --{name}={value}"] if value else []
 
 
-def _body(spec: JobSpec) -> list[str]:
+def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
     return [
         "# No `set -e`: `wait` returns non-zero when a signal arrives, and the script must go",
         "# on to pass the signal to the step and decide about the requeue.",
@@ -164,7 +162,8 @@ def _body(spec: JobSpec) -> list[str]:
         "trap forward_usr2 USR2",
         "trap note_term TERM",
         "",
-        *_step(spec),
+        *staging_lines(spec),
+        *_step(spec, profile),
         "step_pid=$!",
         "",
         "# A trapped signal ends `wait` early (status 128+signal) while the step still runs.",
@@ -177,6 +176,7 @@ def _body(spec: JobSpec) -> list[str]:
         "    fi",
         "done",
         "",
+        *cleanup_lines(spec),
         "# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS",
         "# times. An array task is requeued by its own id, <array job id>_<task id>.",
         'if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then',
@@ -202,71 +202,35 @@ def _body(spec: JobSpec) -> list[str]:
     ]
 
 
-def _step(spec: JobSpec) -> list[str]:
-    """Comments, then the backgrounded srun command, one continuation line per part."""
+def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    """The runtime's preamble, comments, then the backgrounded srun command, one continuation
+    line per part."""
+    runtime = invocation(spec, profile)
     srun = [
         "srun",
         f"--nodes={spec.nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
     ]
+    binding = [f"--cpu-bind={spec.cpu_bind}"] if spec.cpu_bind_applies else []
     prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
-    command = shell_words(TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node)
-    parts = [srun, prelude, *_runtime(spec), [*command, "&"]]
+    command = shell_words(
+        TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node, data_word(spec)
+    )
+    parts = [srun]
+    if binding or runtime.srun_options:
+        parts.append([*binding, *runtime.srun_options])
+    parts += [prelude, *(list(line) for line in runtime.prefix), [*command, "&"]]
     comments = [
         "# The training step, in the background so that the traps above can run. srun is",
         "# given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.",
         "# The single quotes keep the per-task variables for each task's own shell.",
-        *_runtime_comments(spec),
     ]
-    return [*comments, CONTINUATION.join(" ".join(part) for part in parts)]
-
-
-def _runtime(spec: JobSpec) -> list[list[str]]:
-    image = shlex.quote(spec.image)
-    if spec.runtime == "apptainer":
-        words = ["apptainer", "exec"]
-        if spec.gpus_requested:
-            words.append("--nv" if spec.gpu_vendor == "nvidia" else "--rocm")
-        if spec.binds:
-            words += ["--bind", ",".join(spec.binds)]
-        return [[*words, image]]
-    if spec.runtime == "docker":
-        run = [
-            "docker",
-            "run",
-            "--rm",
-            "--network=host",
-            "--ipc=host",
-            '--user="$(id -u):$(id -g)"',
-        ]
-        if spec.gpus_requested:
-            run += (
-                ["--gpus=all"]
-                if spec.gpu_vendor == "nvidia"
-                else ["--device=/dev/kfd", "--device=/dev/dri"]
-            )
-        envs = [f"--env {name}" for name in DOCKER_ENV]
-        env_lines = [
-            envs[i : i + DOCKER_ENV_PER_LINE] for i in range(0, len(envs), DOCKER_ENV_PER_LINE)
-        ]
-        volumes = ['--volume "${PWD}:${PWD}"', '--workdir "${PWD}"']
-        volumes += [f"--volume {shlex.quote(':'.join(split_bind(path)))}" for path in spec.binds]
-        return [run, *env_lines, [*volumes, image]]
-    return []
-
-
-def _runtime_comments(spec: JobSpec) -> Iterable[str]:
-    if spec.runtime == "apptainer":
-        flag = "--nv" if spec.gpu_vendor == "nvidia" else "--rocm"
-        yield "# apptainer passes the host environment (SLURM_*) into the container; the working"
-        yield "# directory and $HOME are bound by default" + (
-            ", --bind adds the site's file systems." if spec.binds else "."
-        )
-        if spec.gpus_requested:
-            yield f"# {flag} makes the host's GPU driver visible inside."
-    elif spec.runtime == "docker":
-        yield "# docker passes no host variables: --env names the ones ddpimg reads. Host network"
-        yield "# and IPC for the rendezvous and shared memory; your user, so that you own the run."
-    else:
-        yield "# --runtime none: train from the job's own environment (PATH), no container."
+    if binding:
+        comments.append(f"# --cpu-bind: site {profile.name}'s binding of each task's cores.")
+    return [
+        *runtime.preamble,
+        *comments,
+        *runtime.comments,
+        CONTINUATION.join(" ".join(part) for part in parts),
+    ]

@@ -4,9 +4,15 @@ Precedence, highest first (each cell is tested in ``tests/jobs/test_resolve.py``
 
 1. a command-line flag (``--nodes 2``);
 2. the job file (``--config job.toml`` holding ``nodes = 2``);
-3. the site profile's ``[job]`` section (GPUs per node, GPU type and request syntax, CPUs per
-   task, partition, constraint, binds);
+3. the site profile: its ``[job]`` section (GPUs per node, GPU type and request syntax, CPUs
+   per task, partition, QOS, constraint, CPU binding, binds) and its ``[container]`` runtime
+   and image (the image only for the site's own runtime);
 4. the built-in default in :data:`~ddpimg.jobs.fields.FIELDS`.
+
+Derived when not given: the image (the site's flavour in the runtime's form,
+:mod:`~ddpimg.jobs.flavour`), ``--mem`` (the site's ``job.mem_per_gpu`` times the GPUs per
+node), the constraint of the site's largest GPU nodes when a job asks for more GPUs than
+the usual node has (``job.max_gpus_constraint``), tasks per node and the log's name.
 
 List fields (``binds``, ``sbatch_options``) are the exception: every layer adds to them, in
 the order profile, job file, flags, so ``--bind /data`` keeps the site's file systems.
@@ -25,12 +31,13 @@ from dataclasses import fields
 from typing import Any
 
 from ddpimg.errors import JobError
-from ddpimg.jobs.fields import DEFAULT_IMAGES, FIELD_BY_NAME, FIELDS, Field, check_value
+from ddpimg.jobs.fields import FIELD_BY_NAME, FIELDS, Field, check_value
 from ddpimg.jobs.flavour import default_image
 from ddpimg.jobs.job_file import JobFile
 from ddpimg.jobs.spec import FLAG, JobSpec
 from ddpimg.site.model import JobDefaults, SiteProfile
 from ddpimg.site.select import select_profile
+from ddpimg.slurm_units import format_slurm_memory, parse_slurm_memory
 
 
 def select_job_profile(
@@ -72,10 +79,15 @@ def resolve_job(
     for name in flags:
         if name not in FIELD_BY_NAME:
             raise TypeError(f"resolve_job: no job field named {name!r}")
+    site_layer = f"site {profile.name}"
     site_values = _profile_values(profile.job)
     if profile.fabric.binds:  # the fabric's host paths come with the site's file systems
         site_values["binds"] = (*site_values.get("binds", ()), *profile.fabric.binds)
-    layers: list[tuple[str, Mapping[str, Any]]] = [(f"site {profile.name}", site_values)]
+    if profile.container.runtime:
+        site_values["runtime"] = profile.container.runtime
+    if profile.container.image:
+        site_values["image"] = profile.container.image
+    layers: list[tuple[str, Mapping[str, Any]]] = [(site_layer, site_values)]
     if job_file is not None:
         layers.append((job_file.path, {k: v for k, v in job_file.values.items() if k != "site"}))
     layers.append((FLAG, flags))
@@ -108,10 +120,22 @@ def resolve_job(
             "the number of nodes is not given",
             hint="pass --nodes N, or nodes = N in the job file",
         )
+    gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
+    if sources.get("image") == site_layer and values["runtime"] != profile.container.runtime:
+        # The site's image is a reference for its own runtime, not for the one asked for.
+        values["image"] = ""
+        del sources["image"]
     if not values["image"]:
-        gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
-        flavour = default_image(values["runtime"], profile.hardware, gpus)
-        values["image"] = flavour or DEFAULT_IMAGES[values["runtime"]]
+        values["image"] = default_image(values["runtime"], profile.hardware, gpus)
+    job = profile.job
+    if not values["mem"] and job.mem_per_gpu and gpus:
+        per_gpu = parse_slurm_memory(job.mem_per_gpu, f"{site_layer}: job.mem_per_gpu")
+        values["mem"] = format_slurm_memory(per_gpu * values["gpus_per_node"])
+        sources["mem"] = site_layer
+    largest = job.max_gpus_constraint and values["gpus_per_node"] > job.gpus_per_node
+    if largest and gpus and sources.get("constraint", site_layer) == site_layer:
+        values["constraint"] = job.max_gpus_constraint
+        sources["constraint"] = site_layer
     if not values["ntasks_per_node"]:
         per_gpu = values["launch"] == "srun"
         values["ntasks_per_node"] = max(values["gpus_per_node"], 1) if per_gpu else 1

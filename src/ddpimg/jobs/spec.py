@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpimg.jobs.fields import FIELD_BY_NAME
-from ddpimg.jobs.slurm_time import parse_slurm_time
+from ddpimg.slurm_units import parse_slurm_time
 
 FLAG = "flag"
 DEFAULT = "default"
@@ -31,8 +31,11 @@ class JobSpec:
     cpus_per_task: int
     time: str
     partition: str
+    qos: str
     account: str
     constraint: str
+    mem: str
+    cpu_bind: str
     job_name: str
     array: str
     output: str
@@ -42,6 +45,9 @@ class JobSpec:
     binds: tuple[str, ...]
     signal_seconds: int
     max_restarts: int
+    data_image: str
+    stage_data: str
+    local_dir: str
     sbatch_options: tuple[str, ...]
     command: tuple[str, ...]
     sources: tuple[tuple[str, str], ...] = ()
@@ -78,9 +84,27 @@ class JobSpec:
         return self.cpus_per_task * (self.ranks_per_node if self.launch == "torchrun" else 1)
 
     @property
+    def cpu_bind_applies(self) -> bool:
+        """Whether ``cpu_bind`` fits the step: a list of masks or CPUs (``mask_cpu:A,B``,
+        ``map_cpu:...``) has one entry per task, so it only fits that many tasks per node."""
+        if not self.cpu_bind:
+            return False
+        entries = bind_entries(self.cpu_bind)
+        return entries is None or entries == self.ntasks_per_node
+
+    @property
     def time_seconds(self) -> int | None:
         """The time limit in seconds; None when unset or unlimited."""
         return parse_slurm_time(self.time, self.origin("time")) if self.time else None
+
+
+def bind_entries(cpu_bind: str) -> int | None:
+    """How many tasks an srun ``--cpu-bind`` value binds one by one (``mask_cpu:A,B``: 2);
+    None for a policy that fits any number (``cores``)."""
+    for kind in ("mask_cpu:", "map_cpu:", "mask_ldom:", "map_ldom:"):
+        if kind in cpu_bind:
+            return len(cpu_bind.split(kind, 1)[1].split(","))
+    return None
 
 
 def counted(number: int, noun: str) -> str:

@@ -136,7 +136,9 @@ def initialize(
         "device": str(device),
     }
     if device.type == "cpu":
-        run_info["cpu_threads"] = bind_cpu_threads(topo.local_world_size)
+        run_info["cpu_threads"] = bind_cpu_threads(
+            topo.local_world_size, ranks_are_slurm_tasks=topo.source == "slurm"
+        )
     return DistContext(
         rank=topo.rank,
         world_size=topo.world_size,

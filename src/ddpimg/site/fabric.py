@@ -17,11 +17,16 @@ the profile key, before any rank waits for another.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
+from ddpimg.imagenames import ImageNames
 from ddpimg.site.model import SiteProfile
 
 TRANSPORTS = ("", "ib", "ofi", "socket")
+# Variables of [fabric.env] that only a job of several nodes gets. NCCL_NET forces NCCL onto
+# the network plugin even between the GPUs of one node, which on Slingshot allocates a VNI
+# for nothing and is slower (HPE, https://github.com/HewlettPackard/shs-ccl-docs, ccl_env.sh).
+MULTINODE_ONLY = ("NCCL_NET",)
 TRANSPORT_WORDS = {
     "ib": "InfiniBand (NCCL's own IB transport)",
     "ofi": "libfabric through the aws-ofi-nccl / aws-ofi-rccl plugin",
@@ -34,6 +39,19 @@ def split_bind(bind: str) -> tuple[str, str]:
     """``HOST[:TARGET]`` as (host path, path inside the container)."""
     host, _, target = bind.partition(":")
     return host, target or host
+
+
+def fabric_env(profile: SiteProfile, num_nodes: int) -> tuple[dict[str, str], list[str]]:
+    """The [fabric.env] variables a job of ``num_nodes`` nodes gets, and a note for each one
+    left out (:data:`MULTINODE_ONLY` on one node)."""
+    exports = dict(profile.fabric.env)
+    notes = []
+    if num_nodes == 1:
+        for name in MULTINODE_ONLY:
+            if name in exports:
+                notes.append(f"fabric: {name} not set on one node (fabric.env; multi-node only)")
+                del exports[name]
+    return exports, notes
 
 
 def check_binds(value: list[str]) -> str | None:
@@ -53,11 +71,6 @@ def check_library_paths(value: list[str]) -> str | None:
         if not item.startswith("/") or ":" in item or any(c.isspace() for c in item):
             return f"'{item}' is not an absolute directory (no ':' or whitespace)"
     return None
-
-
-def fabric_binds(profile: SiteProfile) -> tuple[str, ...]:
-    """The binds as written, for ``ddpimg sbatch`` (apptainer ``--bind``, docker ``-v``)."""
-    return profile.fabric.binds
 
 
 def explain_fabric(profile: SiteProfile) -> list[str]:
@@ -83,18 +96,18 @@ def explain_fabric(profile: SiteProfile) -> list[str]:
     return lines
 
 
-def flavour_tags(image_tags: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Flavour name -> the distinctive part of its image tag (``gpu-cu128``), for
-    :func:`image_flavour`: the tag after the repository's ``:``."""
-    return {name: tag.rpartition(":")[2] for name, tag in image_tags}
-
-
-def image_flavour(image: str, tags: dict[str, str]) -> str | None:
-    """Which flavour an image reference looks like, by a heuristic: its last path component
-    (``ddp-gpu-cu128.sif``, ``ddpimg:gpu-cu128``) contains a flavour's tag; the longest tag
-    wins (``gpu-cu128`` over ``gpu``). None when no tag appears: nothing is assumed."""
-    name = image.rstrip("/").rpartition("/")[2].lower()
-    found = [flavour for flavour, tag in tags.items() if tag and tag.lower() in name]
-    if not found:
-        return None
-    return max(found, key=lambda flavour: len(tags[flavour]))
+def image_flavour(image: str, names: Mapping[str, ImageNames]) -> str | None:
+    """Which flavour an image reference looks like, by a heuristic on its last path
+    component (``ddp-cu128.sif``, ``ddpimg:gpu-cu128``, ``ddpimg+gpu.sqsh``): it is one of a
+    flavour's file names, or it contains the part of a flavour's tag after ``:``
+    (``gpu-cu128``); the longest match wins (``gpu-cu128`` over ``gpu``). None when nothing
+    matches: nothing is assumed."""
+    last = image.rstrip("/").rpartition("/")[2].lower()
+    scores: dict[str, int] = {}
+    for flavour, known in names.items():
+        if last in (known.sif.lower(), known.sqsh.lower(), known.tag.lower()):
+            return flavour
+        tag = known.tag.rpartition(":")[2].lower()
+        if tag and tag in last:
+            scores[flavour] = len(tag)
+    return max(scores, key=lambda flavour: scores[flavour]) if scores else None

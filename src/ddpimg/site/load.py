@@ -15,8 +15,9 @@ from typing import Any
 
 from ddpimg.errors import ProfileError
 from ddpimg.site import known_vars
-from ddpimg.site.model import Fabric, Hardware, JobDefaults, MatchRule, SiteProfile
+from ddpimg.site.model import Container, Fabric, Hardware, JobDefaults, MatchRule, SiteProfile
 from ddpimg.site.schema import SCHEMA, SECTIONS, Key, section_keys
+from ddpimg.site.sources import fact_keys, stray_sources
 from ddpimg.tomlfile import read_toml
 
 # difflib, json and warnings serve only to report a problem, so they are imported where one is
@@ -53,8 +54,34 @@ def load_profile(path: str | Path) -> SiteProfile:
             f"{path}: site.name '{profile.name}' does not match the file name '{path.stem}'",
             hint=f'rename the file to {profile.name}.toml or set name = "{path.stem}"',
         )
+    _check_across_keys(path, profile)
     _warn_unknown_exports(path, profile)
     return profile
+
+
+def _check_across_keys(path: Path, profile: SiteProfile) -> None:
+    """What no single key's check can see: keys that must agree with each other."""
+    job = profile.job
+    if job.gpu_type and job.gpu_types and job.gpu_type not in job.gpu_types:
+        raise ProfileError(
+            f"{path}: job.gpu_type '{job.gpu_type}' is not one of job.gpu_types "
+            f"({', '.join(job.gpu_types)})",
+            hint="Slurm's GPU type names are case-sensitive: write it as job.gpu_types does",
+        )
+    if job.max_gpus_per_node and job.max_gpus_per_node < job.gpus_per_node:
+        raise ProfileError(
+            f"{path}: job.max_gpus_per_node {job.max_gpus_per_node} is less than "
+            f"job.gpus_per_node {job.gpus_per_node}",
+            hint="max_gpus_per_node is the largest GPU node; gpus_per_node the default request",
+        )
+    stray = stray_sources(dict(profile.sources), profile.facts)
+    if stray:
+        raise ProfileError(
+            f"{path}: [sources] cites {', '.join(repr(key) for key in stray)}, which the "
+            "profile does not set",
+            hint="a source key is the dotted key of a fact the file sets (job.partition, "
+            "env.NCCL_NET_GDR_LEVEL, partitions.gpu) or a section holding some",
+        )
 
 
 def _validate(path: Path, document: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +141,7 @@ def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile
         "job": {},
         "fabric": {},
         "hardware": {},
+        "container": {},
     }
     for dotted, value in values.items():
         group, _, field = SCHEMA[dotted].target.rpartition(".")
@@ -125,6 +153,8 @@ def _build(path: Path, values: dict[str, Any], content_hash: str) -> SiteProfile
         job=JobDefaults(**fields["job"]),
         fabric=Fabric(**fields["fabric"]),
         hardware=Hardware(**fields["hardware"]),
+        container=Container(**fields["container"]),
+        facts=fact_keys(values),
         **{"description": "", **fields[""]},
     )
 

@@ -26,6 +26,35 @@ class JobDefaults:
     gpu_vendor: str = "nvidia"  # "nvidia" -> apptainer --nv ; "amd" -> --rocm
     constraint: str = ""  # --constraint, for sites that pick GPU nodes by feature (Perlmutter: gpu)
     binds: tuple[str, ...] = ()
+    gpu_types: tuple[str, ...] = ()  # the site's Slurm GPU type names, exactly (case and all)
+    max_gpus_per_node: int = 0  # the largest GPU node; 0: gpus_per_node
+    max_gpus_constraint: str = ""  # the --constraint that selects those largest nodes
+    qos: str = ""  # --qos
+    mem_per_gpu: str = ""  # Slurm memory size per GPU; --mem is this times the GPUs per node
+    cpu_bind: str = ""  # srun --cpu-bind, e.g. LUMI's mask of each GCD's cores
+    local_dir: str = ""  # node-local directory --stage-data copies into; shell words allowed
+
+
+@dataclass(frozen=True)
+class Container:
+    """How the site runs containers (:mod:`ddpimg.site.container`)."""
+
+    runtime: str = ""  # a name in RUNTIMES; "" leaves ddpimg sbatch's default
+    image: str = ""  # the image reference; "" -> the flavour's name in the runtime's form
+    options: tuple[str, ...] = ()  # extra options of the runtime's own command
+    annotations: tuple[tuple[str, str], ...] = ()  # sorted; the edf runtime's [annotations]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a partition or QOS allows one job; 0 or "": not stated."""
+
+    max_time: str = ""  # Slurm time
+    min_nodes: int = 0
+    max_nodes: int = 0
+    max_gpus: int = 0  # GPUs of the whole job
+    min_gpus_per_node: int = 0
+    max_mem: str = ""  # memory per node (Slurm size)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,8 @@ class SiteProfile:
     description: str
     path: str  # file it was loaded from
     content_hash: str  # sha256 of the file bytes
+    status: str = "active"  # "active" or "retired" (kept for its users' archives)
+    status_note: str = ""  # what a retired site's users are told when it is selected
     match: MatchRule = field(default_factory=MatchRule)
     interfaces: tuple[str, ...] = ()
     master_addr: str = "{node}"
@@ -69,3 +100,17 @@ class SiteProfile:
     job: JobDefaults = field(default_factory=JobDefaults)
     fabric: Fabric = field(default_factory=Fabric)
     hardware: Hardware = field(default_factory=Hardware)
+    container: Container = field(default_factory=Container)
+    partitions: tuple[tuple[str, Limits], ...] = ()  # sorted (partition, its limits)
+    qos: tuple[tuple[str, Limits], ...] = ()  # sorted (QOS, its limits)
+    sources: tuple[tuple[str, str], ...] = ()  # sorted (dotted key, URL or "unverified: ...")
+    facts: tuple[str, ...] = ()  # the dotted keys the file sets (ddpimg.site.sources.fact_keys)
+
+    @property
+    def retired_notice(self) -> str:
+        """What to tell the user of a retired site ("" for an active one)."""
+        if self.status != "retired":
+            return ""
+        return f"site {self.name} is retired" + (
+            f": {self.status_note}" if self.status_note else ""
+        )

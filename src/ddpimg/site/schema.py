@@ -12,8 +12,12 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ddpimg.errors import DdpimgError
+from ddpimg.site.container import RUNTIMES
 from ddpimg.site.fabric import TRANSPORTS, check_binds, check_library_paths
 from ddpimg.site.master import check_master_template
+from ddpimg.site.model import Limits
+from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 from ddpimg.tomlfile import INTEGER, NUMBER, STRING, STRING_LIST, Kind, is_int
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -39,6 +43,78 @@ STRING_TABLE = Kind(
 )
 
 
+# A partition's or QOS's limits: key -> (TOML type, check of the value).
+def _slurm_time(value: str) -> str | None:
+    try:
+        parse_slurm_time(value, "max_time", DdpimgError)
+    except DdpimgError as err:
+        return err.message
+    return None
+
+
+def _slurm_memory(value: str) -> str | None:
+    try:
+        parse_slurm_memory(value, "max_mem", DdpimgError)
+    except DdpimgError as err:
+        return err.message
+    return None
+
+
+def _positive(value: int) -> str | None:
+    return None if value >= 1 else f"{value} is not at least 1"
+
+
+_LIMIT_KEYS: dict[str, tuple[Kind, Callable[[Any], str | None]]] = {
+    "max_time": (STRING, _slurm_time),
+    "min_nodes": (INTEGER, _positive),
+    "max_nodes": (INTEGER, _positive),
+    "max_gpus": (INTEGER, _positive),
+    "min_gpus_per_node": (INTEGER, _positive),
+    "max_mem": (STRING, _slurm_memory),
+}
+
+
+def _is_limits_table(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(item, dict) for item in value.values())
+
+
+def _limits(value: dict[str, dict[str, Any]]) -> str | None:
+    for name, table in value.items():
+        for key, item in table.items():
+            if key not in _LIMIT_KEYS:
+                return (
+                    f"entry '{name}' has an unknown key '{key}' (known: {', '.join(_LIMIT_KEYS)})"
+                )
+            kind, check = _LIMIT_KEYS[key]
+            problem = check(item) if kind.accepts(item) else f"it must be {kind.name}"
+            if problem is not None:
+                return f"entry '{name}', {key}: {problem}"
+    return None
+
+
+def _to_limits(value: dict[str, dict[str, Any]]) -> tuple[tuple[str, Limits], ...]:
+    return tuple(sorted((name, Limits(**table)) for name, table in value.items()))
+
+
+LIMITS_TABLE = Kind(
+    "a table of tables, one [SECTION.NAME] per partition or QOS",
+    _is_limits_table,
+    _to_limits,
+    example='{ gpu = { max_time = "3-00:00:00" } }',
+)
+SOURCE_PREFIXES = ("https://", "unverified: ", "choice: ")
+
+
+def _sources(value: dict[str, str]) -> str | None:
+    for key, source in value.items():
+        if not source.startswith(SOURCE_PREFIXES) or source in SOURCE_PREFIXES:
+            return (
+                f"sources.{key}: '{source}' is not a URL (https://...), "
+                "'unverified: WHY' or 'choice: WHY'"
+            )
+    return None
+
+
 def _valid_profile_name(value: str) -> str | None:
     if not value:
         return "it is empty"
@@ -51,6 +127,10 @@ def _no_empty_items(value: list[str]) -> str | None:
     if any(not item.strip() for item in value):
         return "it has an empty entry"
     return None
+
+
+def _no_whitespace(value: str) -> str | None:
+    return "it contains whitespace" if any(c.isspace() for c in value) else None
 
 
 def _interface_names(value: list[str]) -> str | None:
@@ -110,8 +190,8 @@ def _build_name(value: str) -> str | None:
 # every rank's start-up (ddpimg env).
 class Key(NamedTuple):
     """One schema entry. ``target`` is the SiteProfile field it fills: ``name``,
-    ``match.<field>`` (MatchRule) or ``job.<field>`` (JobDefaults). ``check`` returns why a
-    well-typed value is still invalid, or None."""
+    ``match.<field>`` (MatchRule), ``job.<field>`` (JobDefaults), ``container.<field>``
+    (Container), ... ``check`` returns why a well-typed value is still invalid, or None."""
 
     kind: Kind
     target: str
@@ -123,6 +203,8 @@ class Key(NamedTuple):
 SCHEMA: dict[str, Key] = {
     "site.name": Key(STRING, "name", required=True, check=_valid_profile_name),
     "site.description": Key(STRING, "description"),
+    "site.status": Key(STRING, "status", choices=("active", "retired")),
+    "site.status_note": Key(STRING, "status_note"),
     "match.hostnames": Key(STRING_LIST, "match.hostnames", check=_no_empty_items),
     "match.slurm_cluster_names": Key(
         STRING_LIST, "match.slurm_cluster_names", check=_no_empty_items
@@ -143,6 +225,20 @@ SCHEMA: dict[str, Key] = {
     "job.gpu_vendor": Key(STRING, "job.gpu_vendor", choices=("nvidia", "amd")),
     "job.constraint": Key(STRING, "job.constraint"),
     "job.binds": Key(STRING_LIST, "job.binds", check=_no_empty_items),
+    "job.gpu_types": Key(STRING_LIST, "job.gpu_types", check=_no_empty_items),
+    "job.max_gpus_per_node": Key(INTEGER, "job.max_gpus_per_node", check=_at_least(0)),
+    "job.max_gpus_constraint": Key(STRING, "job.max_gpus_constraint"),
+    "job.qos": Key(STRING, "job.qos"),
+    "job.mem_per_gpu": Key(STRING, "job.mem_per_gpu", check=_slurm_memory),
+    "job.cpu_bind": Key(STRING, "job.cpu_bind", check=_no_whitespace),
+    "job.local_dir": Key(STRING, "job.local_dir", check=_no_whitespace),
+    "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
+    "container.image": Key(STRING, "container.image"),
+    "container.options": Key(STRING_LIST, "container.options", check=_no_empty_items),
+    "container.annotations": Key(STRING_TABLE, "container.annotations"),
+    "partitions": Key(LIMITS_TABLE, "partitions", check=_limits),
+    "qos": Key(LIMITS_TABLE, "qos", check=_limits),
+    "sources": Key(STRING_TABLE, "sources", check=_sources),
     "fabric.transport": Key(STRING, "fabric.transport", choices=TRANSPORTS),
     "fabric.binds": Key(STRING_LIST, "fabric.binds", check=check_binds),
     "fabric.env": Key(STRING_TABLE, "fabric.env", check=_env_names),
@@ -154,6 +250,11 @@ SCHEMA: dict[str, Key] = {
 }
 
 SECTIONS: tuple[str, ...] = tuple(sorted({dotted.split(".", 1)[0] for dotted in SCHEMA}))
+# Keys whose value is a table of named entries: each entry is a fact of its own
+# (``env.NCCL_NET_GDR_LEVEL``, ``partitions.gpu``), which ``[sources]`` may cite by name.
+TABLE_KEYS: tuple[str, ...] = tuple(
+    dotted for dotted, key in SCHEMA.items() if key.kind in (STRING_TABLE, LIMITS_TABLE)
+)
 
 
 def section_keys(section: str) -> list[str]:

@@ -5,9 +5,9 @@ Precedence, highest first (each cell is tested):
 1. ``--site NAME|PATH`` (the ``explicit`` argument); a value containing ``/`` or ending in
    ``.toml`` is a file path, anything else a profile name;
 2. ``DDPIMG_SITE`` (same forms);
-3. auto-detection: every known profile whose ``[match]`` rules fit this machine (short
-   hostname, ``SLURM_CLUSTER_NAME``, marker variables); two matches are an error, never a
-   silent pick;
+3. auto-detection: every known profile whose ``[match]`` rules fit this machine
+   (``SLURM_CLUSTER_NAME`` first: a profile naming other clusters is out; then the short
+   hostname and marker variables); two matches are an error, never a silent pick;
 4. the ``generic`` profile.
 
 Profiles are found by name in the directories of ``DDPIMG_SITE_PATH`` (colon-separated,
@@ -101,15 +101,22 @@ def known_profiles(env: Mapping[str, str]) -> dict[str, Path]:
 
 
 def match_reason(profile: SiteProfile, env: Mapping[str, str], hostname: str) -> str | None:
-    """Why ``profile`` fits this machine (the first of its rules that does), or None."""
+    """Why ``profile`` fits this machine (the first of its rules that does), or None.
+
+    ``SLURM_CLUSTER_NAME`` comes first: inside a job of another cluster a profile that names
+    its own clusters never matches, whatever the host is called (node names such as
+    ``node0401`` or ``r01g05`` recur across sites); outside Slurm the host name and marker
+    variables decide."""
+    cluster = env.get("SLURM_CLUSTER_NAME", "")
+    if cluster and profile.match.slurm_cluster_names:
+        if cluster in profile.match.slurm_cluster_names:
+            return f"auto: SLURM_CLUSTER_NAME '{cluster}' matched"
+        return None
     short = hostname.split(".", 1)[0].lower()
     for pattern in profile.match.hostnames:
         # Host names are case-insensitive; profile patterns may be written either way.
         if short and matches_pattern(short, pattern.lower()):
             return f"auto: hostname '{short}' matched '{pattern}'"
-    cluster = env.get("SLURM_CLUSTER_NAME", "")
-    if cluster and cluster in profile.match.slurm_cluster_names:
-        return f"auto: SLURM_CLUSTER_NAME '{cluster}' matched"
     for name, pattern in profile.match.env:
         if name in env and matches_pattern(env[name], pattern):
             return f"auto: {name} '{env[name]}' matched '{pattern}'"

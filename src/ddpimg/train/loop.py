@@ -281,16 +281,20 @@ class Trainer:
     def evaluate_and_report(self) -> None:
         self.eval_loss, self.eval_accuracy = self.evaluate()
         if self.recorder is not None:
-            self.recorder.eval(self.epoch, self.eval_loss, self.eval_accuracy)
+            self.recorder.eval(
+                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set)
+            )
 
     def evaluate(self) -> tuple[float, float]:
-        """Mean loss and accuracy over the whole evaluation set, each rank doing its shard."""
+        """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;
+        the samples evaluated are counted too, and must be the set, each sample once."""
         self.model.eval()
         progress = self.progress
         progress.enter(EVAL, self.step)
         ctx = self.ctx
-        shard = EvalShard(len(self.eval_set), self.task.eval_batch_size, ctx.rank, ctx.world_size)
-        totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
+        size = len(self.eval_set)
+        shard = EvalShard(size, self.task.eval_batch_size, ctx.rank, ctx.world_size)
+        totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)
         batches = self.eval_set.batches(shard.plan())
         with torch.no_grad(), contextlib.closing(batches):
             for inputs, targets in batches:
@@ -298,11 +302,14 @@ class Trainer:
                     output = self.model(inputs)
                 totals[0] += self.task.loss(output, targets).double().sum()
                 totals[1] += self.task.correct(output, targets)
+                totals[2] += len(targets)
                 progress.touch()
         progress.enter(COLLECTIVE, self.step)
         dist.all_reduce(totals)
-        loss_sum, correct = totals.tolist()
-        return loss_sum / len(self.eval_set), correct / len(self.eval_set)
+        loss_sum, correct, counted = totals.tolist()
+        if counted != size:
+            raise RuntimeError(f"the ranks evaluated {counted:.0f} samples of a set of {size}")
+        return loss_sum / size, correct / size
 
     def save(self, reason: str) -> Path:
         """Checkpoint the current position (collective)."""

@@ -205,8 +205,11 @@ class RunRecorder:
         )
         self.progress.train(step, epoch, loss, samples_per_s)
 
-    def eval(self, epoch: int, loss: float, accuracy: float) -> None:
-        self.metrics.write({"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy})
+    def eval(self, epoch: int, loss: float, accuracy: float, *, samples: int) -> None:
+        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples."""
+        self.metrics.write(
+            {"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy, "samples": samples}
+        )
         self.progress.eval(epoch, loss, accuracy)
 
     def startup(self, report: Mapping[str, Any]) -> None:

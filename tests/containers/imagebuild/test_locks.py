@@ -43,6 +43,7 @@ def test_the_standalone_definition_defaults_to_the_default_lock() -> None:
     [
         ("gpu", "pypi", "ddpimg:gpu"),
         ("gpu", "pypi-cu128", "ddpimg:gpu-cu128"),
+        ("gpu", "pypi-arm64", "ddpimg:gpu-arm64"),
         ("cpu", "pypi", "ddpimg:cpu"),
         ("cpu", "cpu", "ddpimg:cpu"),
     ],
@@ -68,7 +69,19 @@ def test_compile_command_writes_the_lock_and_says_how(name: str) -> None:
     assert command[command.index("--custom-compile-command") + 1] == f"nox -s lock -- {name}"
     assert command[command.index("--python-version") + 1] == locks.LOCK_PYTHON
     assert "--generate-hashes" in command
+
+
+@pytest.mark.parametrize("name", ["pypi", "pypi-cu128"])
+def test_a_lock_without_a_platform_is_universal(name: str) -> None:
+    command = locks.compile_command(name)
     assert "--universal" in command
+    assert "--python-platform" not in command
+
+
+def test_the_arm64_lock_is_resolved_for_aarch64_manylinux_2_28() -> None:
+    command = locks.compile_command("pypi-arm64")
+    assert command[command.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
+    assert "--universal" not in command  # uv takes one or the other
 
 
 def test_compile_command_takes_the_lock_overrides() -> None:
@@ -84,7 +97,8 @@ def test_every_override_file_exists(name: str) -> None:
 
 
 def test_make_refuses_an_unknown_lock_before_installing(session: FakeSession) -> None:
-    with pytest.raises(SessionError, match="unknown lock nope: choose from pypi, cpu, pypi-cu128"):
+    known = "pypi, cpu, pypi-cu128, pypi-arm64"
+    with pytest.raises(SessionError, match=f"unknown lock nope: choose from {known}"):
         locks.make(session, ["nope"])
     assert not session.installs
 
@@ -105,7 +119,11 @@ def test_make_all_skips_the_locks_whose_index_is_out_of_reach(
     locks.make(session, [])
     assert session.installs == [(locks.UV,)]
     made = [run[run.index("--output-file") + 1] for run in session.runs]
-    assert made == ["containers/lock/pypi.txt", "containers/lock/pypi-cu128.txt"]
+    assert made == [
+        "containers/lock/pypi.txt",
+        "containers/lock/pypi-cu128.txt",
+        "containers/lock/pypi-arm64.txt",
+    ]
     assert len(session.warnings) == 1
     assert session.warnings[0].startswith("not made (index unreachable from here): cpu (")
 

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Rendered by `ddpimg sbatch` for site della (Princeton Della: 2 GPUs/node, srun one task
-# per GPU, master = first node). 2 nodes x 2 GPUs = 4 ranks: srun starts one task per
-# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
+# Rendered by `ddpimg sbatch` for site della (Princeton Della: 2 (or 4, gpu80) A100s per
+# node, srun one task per GPU). 2 nodes x 2 GPUs = 4 ranks: srun starts one task per rank.
+# Render it again rather than editing it: ddpimg checks the layout it writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.

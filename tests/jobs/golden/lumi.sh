@@ -1,7 +1,8 @@
 #!/bin/bash
 # Rendered by `ddpimg sbatch` for site lumi (LUMI-G (HPE Cray, AMD MI250X): 8 GCDs per
-# node, Slingshot hsn0..hsn3). 2 nodes x 8 GPUs = 16 ranks: srun starts one task per rank.
-# Render it again rather than editing it: ddpimg checks the layout it writes.
+# node, Slingshot hsn0..hsn3, singularity). 2 nodes x 8 GPUs = 16 ranks: srun starts one
+# task per rank. Render it again rather than editing it: ddpimg checks the layout it
+# writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.
@@ -54,12 +55,14 @@ trap note_term TERM
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
-# apptainer passes the host environment (SLURM_*) into the container; the working
+# --cpu-bind: site lumi's binding of each task's cores.
+# singularity passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default, --bind adds the site's file systems.
 # --rocm makes the host's GPU driver visible inside.
 srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 \
+    --cpu-bind=mask_cpu:fe000000000000,fe00000000000000,fe0000,fe000000,fe,fe00,fe00000000,fe0000000000 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --rocm --bind /var/spool/slurmd,/scratch,/project,/flash,/opt/cray,/usr/lib64/libcxi.so.1 ddp-gpu-rocm.sif \
+    singularity exec --rocm --bind /var/spool/slurmd,/scratch,/project,/flash,/opt/cray,/usr/lib64/libcxi.so.1 ddp-rocm.sif \
     train mnist --epochs 5 --global-batch-size 256 --site lumi --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

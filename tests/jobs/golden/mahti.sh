@@ -1,7 +1,8 @@
 #!/bin/bash
-# Rendered by `ddpimg sbatch` for site mahti (CSC Mahti: 4 x A100 per node, master by
-# short hostname (InfiniBand), ib0). 2 nodes x 4 GPUs = 8 ranks: srun starts one task per
-# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
+# Rendered by `ddpimg sbatch` for site mahti (CSC Mahti (retired): 4 x A100 per node,
+# master by short hostname (InfiniBand), ib0). 2 nodes x 4 GPUs = 8 ranks: srun starts one
+# task per rank. Render it again rather than editing it: ddpimg checks the layout it
+# writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.

@@ -1,17 +1,18 @@
 #!/bin/bash
-# Rendered by `ddpimg sbatch` for site palmetto (Clemson Palmetto: V100 nodes, master by
-# FQDN nodeNNNN.palmetto.clemson.edu). 2 nodes x 2 GPUs = 4 ranks: srun starts one task
-# per node, whose `train --nproc-per-node 2` starts the workers. Render it again rather
-# than editing it: ddpimg checks the layout it writes.
+# Rendered by `ddpimg sbatch` for site palmetto (Clemson Palmetto: 2 A100s or V100s per
+# node, master by FQDN nodeNNNN.palmetto.clemson.edu). 2 nodes x 2 GPUs = 4 ranks: srun
+# starts one task per node, whose `train --nproc-per-node 2` starts the workers. Render it
+# again rather than editing it: ddpimg checks the layout it writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One launcher task per node; it starts a worker per GPU.
 #SBATCH --ntasks-per-node=1
 # GPUs requested the way site palmetto wants, and only that way.
-#SBATCH --gres=gpu:v100:2
+#SBATCH --gpus-per-node=a100:2
 # CPUs for all 2 workers of the node's one task.
-#SBATCH --cpus-per-task=16
+#SBATCH --cpus-per-task=10
 #SBATCH --time=12:00:00
+#SBATCH --constraint=interconnect_hdr
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.
 #SBATCH --output=%x-%j.out
@@ -57,9 +58,9 @@ trap note_term TERM
 # apptainer passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default, --bind adds the site's file systems.
 # --nv makes the host's GPU driver visible inside.
-srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=16 \
+srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=10 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --nv --bind /scratch ddp-gpu-cu128.sif \
+    apptainer exec --nv --bind /scratch ddp-cu128.sif \
     train mnist --epochs 5 --global-batch-size 256 --site palmetto --out "runs/${SLURM_JOB_ID}" --resume auto --nproc-per-node 2 &
 step_pid=$!
 

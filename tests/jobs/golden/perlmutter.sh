@@ -1,7 +1,7 @@
 #!/bin/bash
 # Rendered by `ddpimg sbatch` for site perlmutter (NERSC Perlmutter: 4 x A100 per node,
-# Slingshot hsn0..hsn3). 2 nodes x 4 GPUs = 8 ranks: srun starts one task per rank. Render
-# it again rather than editing it: ddpimg checks the layout it writes.
+# Slingshot hsn0..hsn3, podman-hpc). 2 nodes x 4 GPUs = 8 ranks: srun starts one task per
+# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.
@@ -11,6 +11,7 @@
 # CPUs per rank, for its data-loading workers.
 #SBATCH --cpus-per-task=32
 #SBATCH --time=12:00:00
+#SBATCH --qos=regular
 #SBATCH --constraint=gpu
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.
@@ -54,12 +55,14 @@ trap note_term TERM
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
-# apptainer passes the host environment (SLURM_*) into the container; the working
-# directory and $HOME are bound by default, --bind adds the site's file systems.
-# --nv makes the host's GPU driver visible inside.
+# podman-hpc passes only the variables named: --env 'SLURM_*' gives ddpimg the step.
+# Rootless podman maps the container's uid 0 to you, so the run's files are yours; host
+# network and IPC for the rendezvous and shared memory.
+# --gpu: podman-hpc's module that binds the host's GPU driver and devices.
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --nv --bind /pscratch,/global/cfs,/global/common/software/nersc9/nccl/2.19/plugin:/opt/nccl-ofi,/opt/cray/libfabric/1.20.1/lib64,/usr/lib64/libcxi.so.1 ddp.sif \
+    podman-hpc run --rm --gpu --network=host --ipc=host --user=0:0 --env 'SLURM_*' \
+    --volume "${PWD}:${PWD}" --workdir "${PWD}" --volume /pscratch:/pscratch --volume /global/cfs:/global/cfs --volume /global/common/software/nersc9/nccl/2.24.3/plugin:/opt/nccl-ofi --volume /dev/cxi0:/dev/cxi0 --volume /dev/cxi1:/dev/cxi1 --volume /dev/cxi2:/dev/cxi2 --volume /dev/cxi3:/dev/cxi3 ddpimg:gpu \
     train mnist --epochs 5 --global-batch-size 256 --site perlmutter --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

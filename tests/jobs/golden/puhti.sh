@@ -1,7 +1,8 @@
 #!/bin/bash
-# Rendered by `ddpimg sbatch` for site puhti (CSC Puhti: 4 x V100 per node, master by
-# short hostname (InfiniBand), ib0). 2 nodes x 4 GPUs = 8 ranks: srun starts one task per
-# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
+# Rendered by `ddpimg sbatch` for site puhti (CSC Puhti (retired): 4 x V100 per node,
+# master by short hostname (InfiniBand), ib0). 2 nodes x 4 GPUs = 8 ranks: srun starts one
+# task per rank. Render it again rather than editing it: ddpimg checks the layout it
+# writes.
 #SBATCH --job-name=ddpimg
 #SBATCH --nodes=2
 # One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.
@@ -12,6 +13,7 @@
 #SBATCH --cpus-per-task=10
 #SBATCH --time=12:00:00
 #SBATCH --partition=gpu
+#SBATCH --mem=320G
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.
 #SBATCH --output=%x-%j.out
@@ -59,7 +61,7 @@ trap note_term TERM
 # --nv makes the host's GPU driver visible inside.
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --nv --bind /scratch,/projappl ddp-gpu-cu128.sif \
+    apptainer exec --nv --bind /scratch,/projappl ddp-cu128.sif \
     train mnist --epochs 5 --global-batch-size 256 --site puhti --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,9 @@ from ddpimg.train import run_training
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, step_of, verify
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.preemption import PreemptionWatch
+from ddpimg.train.sharding import BatchPlan
+from ddpimg.train.tasks.base import Batch
+from ddpimg.train.tasks.mnist.data import ImageSet
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -173,3 +176,22 @@ def test_resume_with_another_configuration_is_refused(
     run_training(replace(config, epochs=1), ctx)
     with pytest.raises(DdpimgError, match=r"--seed: 1 in the checkpoint, 2 now"):
         run_training(replace(config, seed=2), ctx)
+
+
+def test_a_resumed_run_loads_only_the_batches_after_its_checkpoint(
+    ctx: DistContext, config: TrainConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_training(replace(config, max_steps=6), ctx)
+    plans: list[tuple[int | None, int, int]] = []
+    original = ImageSet.batches
+
+    def recording(self: ImageSet, plan: BatchPlan) -> Generator[Batch]:
+        if plan.epoch is not None:
+            plans.append((plan.epoch, len(plan), plan.slices[0].start))
+        return original(self, plan)
+
+    monkeypatch.setattr(ImageSet, "batches", recording)
+    run_training(replace(config, max_steps=10), ctx)
+    # 4 steps an epoch, 8 samples a step: the checkpoint is at step 2 of epoch 2, so the
+    # resumed run's first plan starts at row 16 of epoch 2's order: a seek, no replay.
+    assert plans == [(2, 2, 16), (3, 2, 0)]

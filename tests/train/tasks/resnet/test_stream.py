@@ -39,10 +39,12 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def stream(root: Path, workers: int, skip_bad: bool = False) -> ImageStream:
+def stream(
+    root: Path, workers: int, skip_bad: bool = False, channels_last: bool = False
+) -> ImageStream:
     return ImageStream(
         views(root), SIZE, seed=7, workers=workers, skip_bad=skip_bad, device=CPU,
-        channels_last=False,
+        channels_last=channels_last,
     )  # fmt: skip
 
 
@@ -85,8 +87,10 @@ def test_augmentation_depends_on_epoch_and_sample_only(tree: Path) -> None:
     assert evaluated.label == views(tree)[1].label(2)
 
 
-def test_batches_are_normalised_with_imagenets_statistics(tree: Path) -> None:
-    images, labels = collect(StreamedImages(stream(tree, workers=0), TRAIN), plan(1, steps=1))[0]
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batches_are_normalised_with_imagenets_statistics(tree: Path, channels_last: bool) -> None:
+    source = stream(tree, workers=0, channels_last=channels_last)
+    images, labels = collect(StreamedImages(source, TRAIN), plan(1, steps=1))[0]
     reader = SampleReader(views(tree), SIZE, seed=7, skip_bad=False)
     rows = plan(1, steps=1).rows(0).tolist()
     raw = torch.from_numpy(np.stack([reader[(TRAIN, 1, row)].pixels for row in rows]))
@@ -94,7 +98,8 @@ def test_batches_are_normalised_with_imagenets_statistics(tree: Path) -> None:
         torch.tensor(STD).view(1, 3, 1, 1)
     )
     assert torch.allclose(images, expected, atol=1e-5)
-    assert images.is_contiguous()
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    assert images.is_contiguous(memory_format=layout)
     assert labels.tolist() == [views(tree)[0].label(row) for row in rows]
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ddpimg.data.sources import open_splits, prepare
 from ddpimg.runtime.cpus import cpu_share
 from ddpimg.train.config import SYNTHETIC
@@ -88,6 +90,10 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         ranks_are_slurm_tasks=ctx.run_info.get("source") == "slurm",
     )
     workers = share.workers if config.workers is None else config.workers
+    if ctx.device.type == "cpu" and workers and not os.environ.get("OMP_NUM_THREADS"):
+        # Training on the CPU: the loader workers take their CPUs out of the rank's share,
+        # or the training threads and the workers together oversubscribe it.
+        torch.set_num_threads(max(1, share.cpus - workers))
     stream = ImageStream(
         (train_view, eval_view),
         image_size,
@@ -104,7 +110,9 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         "eval_samples": len(eval_view),
         "classes": len(train_source.classes),
         "workers": workers,
-        "workers_from": "--workers" if config.workers is not None else share.source,
+        "workers_from": "--workers" if config.workers is not None else "cpus - 1",
+        "cpus": share.cpus,
+        "cpus_from": share.source,
     }
     return ImageData(
         StreamedImages(stream, TRAIN),

@@ -1,0 +1,573 @@
+"""The streamed image pipeline of ``train resnet --data DIR`` (``ddpimg.train.tasks.resnet``'s
+``stream`` and ``transforms``), in three measurements:
+
+* **loader**: ddpimg's loader built as ``train`` builds it (the index, ``ImageStream`` and
+  its DataLoader worker processes, uint8 batches normalised in the main process, on the
+  CPU) against torchvision's ``ImageFolder`` + ``DataLoader`` with its classification
+  presets (``references/classification/presets.py``: RandomResizedCrop(224) + horizontal
+  flip for training, Resize(256) + CenterCrop(224) for evaluation, then PILToTensor,
+  ToDtype(float, scale) and Normalize in the workers), on the same files with the same
+  workers and batch, in rounds. ddpimg reads the ImageFolder tree, its shards (``ddpimg data
+  pack``) and shards packed with ``--max-side 500``; the reference reads the tree every
+  time, so the last comparison is against other (smaller) files, by design. Counted from
+  the first batch to the last (worker start-up and the first batch's latency are left out
+  on both sides): images/s, and images per CPU-second of the worker processes and the main
+  process together, which a loaded machine disturbs much less than the wall clock.
+* **scale**: peak memory of the training process and its workers, and time to the first
+  step, of ``train resnet --data DIR`` on a dataset and on one 10 times larger, as a tree
+  and as shards; the first run (index built) and the second (index reused) apart.
+* **training**: resnet18 steps/s on the tree's files against ``--data synthetic``, the same
+  batch and image size.
+
+The datasets are generated (tests/datagen.py: mostly quality-90 JPEG, some PNG, greyscale
+and CMYK) into ``CACHE`` and kept there for later runs; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parts.common import HERE, PYTHON, Row, interleaved, log, run_train, spread
+
+if TYPE_CHECKING:
+    import torch
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddpimg-bench" / "data"
+INDEX_DIR = ".ddpimg-index"  # ddpimg.data.images.INDEX_DIR, without importing numpy here
+PROC = Path("/proc")
+TARGET = "≥ 1.0x (aim 1.5x)"
+GROWTH_LIMIT = 1.25  # the issue's acceptance point: < 25% more for a 10 times larger dataset
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """An ImageFolder tree for ``tests.datagen.make_image_tree``."""
+
+    name: str
+    classes: int
+    train_per_class: int
+    val_per_class: int
+    sizes: tuple[int, int]
+
+    @property
+    def files(self) -> int:
+        return self.classes * (self.train_per_class + self.val_per_class)
+
+
+# Sides drawn from 300-600 px (ImageNet's mean is about 400 x 350, and a share of its photos
+# is larger): about half of these have a side over MAX_SIDE, which --max-side re-encodes.
+LOADER_TREE = TreeSpec(
+    "loader", classes=10, train_per_class=100, val_per_class=50, sizes=(300, 600)
+)
+IMAGE_SIZE = 224
+LOADER_BATCH = 32
+# One worker process: a core of its own on a 2-core machine, the main process on the other.
+LOADER_WORKERS = 1
+MAX_SIDE = 500
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+LOADER_SOURCES = {
+    "tree": "ImageFolder tree",
+    "shards": "its tar shards",
+    "shards-500": f"shards packed with --max-side {MAX_SIDE} (reference: the tree)",
+}
+REFERENCE = "torchvision"
+
+# Small images: what grows with the number of files is the index, not the decoding.
+SCALE_TREES = (
+    TreeSpec("scale-small", classes=20, train_per_class=100, val_per_class=10, sizes=(32, 64)),
+    TreeSpec("scale-large", classes=20, train_per_class=1000, val_per_class=100, sizes=(32, 64)),
+)
+SCALE_TRAIN = ["resnet", "--arch", "resnet18", "--image-size", "32", "--batch-size", "16"]
+EVAL_SAMPLES = ["--eval-samples", "64"]
+
+TRAINING_BATCH, TRAINING_SIZE = 16, 64
+TRAINING = [
+    "resnet", "--arch", "resnet18", "--image-size", str(TRAINING_SIZE),
+    "--batch-size", str(TRAINING_BATCH),
+]  # fmt: skip
+TRAINING_STEPS, TRAINING_WARMUP = 34, 4
+
+
+# ---- datasets, generated once into CACHE ----------------------------------------------------
+
+
+def dataset(spec: TreeSpec) -> Path:
+    """``CACHE/NAME``, holding ``tree`` (generated from ``spec``) and the shards packed from
+    it; made again when ``spec`` changed."""
+    home = CACHE / spec.name
+    marker = home / "spec.json"
+    wanted = json.dumps(asdict(spec), sort_keys=True)
+    if marker.is_file() and marker.read_text() == wanted:
+        return home
+    shutil.rmtree(home, ignore_errors=True)
+    # tests/datagen.py is the one generator of image trees; the repository root holds tests/.
+    sys.path.insert(0, str(HERE.parent))
+    datagen = importlib.import_module("tests.datagen")
+    began = time.perf_counter()
+    datagen.make_image_tree(
+        home / "tree",
+        classes=spec.classes,
+        train_per_class=spec.train_per_class,
+        val_per_class=spec.val_per_class,
+        sizes=spec.sizes,
+    )
+    marker.write_text(wanted)
+    log(f"generated {spec.files:,} images into {home} in {time.perf_counter() - began:.0f} s")
+    return home
+
+
+def packed(home: Path, max_side: int | None = None) -> Path:
+    """The tree of ``home`` as shards, by ``ddpimg data pack`` (which skips shards that are
+    there already)."""
+    target = home / ("shards" if max_side is None else f"shards-{max_side}")
+    command = [PYTHON, "-m", "ddpimg", "data", "pack", str(home / "tree"), str(target)]
+    if max_side is not None:
+        command += ["--max-side", str(max_side)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return target
+
+
+def describe_files(folder: Path) -> dict[str, float]:
+    """How many image files ``folder`` holds, their mean size in bytes and in pixels."""
+    from PIL import Image
+
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    pixels = []
+    for path in files:
+        with Image.open(path) as image:
+            pixels.append(image.size[0] * image.size[1])
+    return {
+        "files": len(files),
+        "mean_bytes": statistics.mean(path.stat().st_size for path in files),
+        "mean_pixels": statistics.mean(pixels),
+    }
+
+
+# ---- processes: who runs below us, their CPU time and memory --------------------------------
+
+
+def descendants(pid: int, proc: Path = PROC) -> list[int]:
+    """The processes below ``pid`` (children of any of its threads, and theirs)."""
+    found: list[int] = []
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:  # it ended
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found += [child, *descendants(child, proc)]
+    return found
+
+
+def cpu_seconds(pids: Iterable[int], proc: Path = PROC) -> float:
+    """User + system CPU time of those of ``pids`` still running, from /proc/PID/stat."""
+    ticks = 0
+    for pid in pids:
+        try:
+            text = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces: count the fields after its ")".
+        fields = text.rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime: fields 14, 15 of proc(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rollup_kb(text: str) -> dict[str, int]:
+    """The kB fields (``Rss``, ``Pss``, ...) of a /proc/PID/smaps_rollup text."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        parts = value.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[name] = int(parts[0])
+    return fields
+
+
+class TreeMemory:
+    """The peak, over samples every ``interval`` seconds on a thread, of the summed RSS and
+    the summed PSS of this process's descendants (a training process and its loader
+    workers). RSS counts the pages a forked worker shares with its parent once per
+    process; PSS divides them among the sharers, so its sum is what the tree holds."""
+
+    def __init__(self, interval: float = 0.05, proc: Path = PROC) -> None:
+        self.interval = interval
+        self.proc = proc
+        self.peak_rss_kb = 0
+        self.peak_pss_kb = 0
+        self.most_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        """Take one sample now."""
+        rss = pss = 0
+        pids = descendants(os.getpid(), self.proc)
+        for pid in pids:
+            try:
+                fields = rollup_kb((self.proc / str(pid) / "smaps_rollup").read_text())
+            except OSError:  # it ended between the listing and the read
+                continue
+            rss += fields.get("Rss", 0)
+            pss += fields.get("Pss", 0)
+        self.peak_rss_kb = max(self.peak_rss_kb, rss)
+        self.peak_pss_kb = max(self.peak_pss_kb, pss)
+        self.most_processes = max(self.most_processes, len(pids))
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+
+# ---- loader throughput ----------------------------------------------------------------------
+
+
+# Rate's figures, as the table names them.
+METRICS = {
+    "per_worker_cpu_s": "per worker core (images per worker CPU-second)",
+    "per_cpu_s": "workers + main process (images per CPU-second)",
+    "per_s": "images/s",
+}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A loader's images after its first batch, the wall time they took, and the CPU time
+    its worker processes and its main process spent meanwhile."""
+
+    images: int
+    wall_s: float
+    worker_cpu_s: float
+    main_cpu_s: float
+
+    @property
+    def per_s(self) -> float:
+        return self.images / self.wall_s
+
+    @property
+    def per_worker_cpu_s(self) -> float:
+        """Images per CPU-second of the worker processes: per worker core."""
+        return self.images / self.worker_cpu_s
+
+    @property
+    def per_cpu_s(self) -> float:
+        """Images per CPU-second of the workers and the main process together."""
+        return self.images / (self.worker_cpu_s + self.main_cpu_s)
+
+    def record(self) -> dict[str, float]:
+        return asdict(self) | {metric: getattr(self, metric) for metric in METRICS}
+
+
+# A 4 KiB page of float32 values: reading one value a page maps every page of a batch.
+PAGE_FLOATS = 1024
+
+
+def touch(images: torch.Tensor) -> None:
+    """Read one value of every page of a batch. A batch sent through shared memory is only
+    mapped into the main process when read (as the model's first layer reads it); leaving
+    it unread would leave that cost out for the reference, whose workers send float
+    batches, and in, for ddpimg, whose main process normalises its uint8 batches."""
+    images.reshape(-1)[::PAGE_FLOATS].sum()
+
+
+def measure(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Rate:
+    """The ``Rate`` of a loader from its (images, labels) batches as they come. Its workers
+    are this process's children; their CPU time is read as each batch arrives (the
+    reference's workers exit with the last one)."""
+    iterator = iter(batches)
+    touch(next(iterator)[0])
+    workers = descendants(os.getpid())
+    began, worker_began, main_began = time.perf_counter(), cpu_seconds(workers), time.process_time()
+    images, ended, worker_ended, main_ended = 0, began, worker_began, main_began
+    for pixels, labels in iterator:
+        touch(pixels)
+        images += len(labels)
+        ended, worker_ended = time.perf_counter(), cpu_seconds(workers)
+        main_ended = time.process_time()
+    return Rate(images, ended - began, worker_ended - worker_began, main_ended - main_began)
+
+
+def ours(root: Path, train: bool) -> Rate:
+    """ddpimg's loader over the training (one epoch) or evaluation split of ``root``."""
+    import torch
+
+    from ddpimg.data.sources import open_splits, prepare
+    from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
+    from ddpimg.train.tasks.resnet.stream import EVAL, TRAIN, ImageStream, SplitView
+
+    with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
+        prepare(root, Path(out))
+        train_source, eval_source = open_splits(root, Path(out))
+        stream = ImageStream(
+            (SplitView(train_source), SplitView(eval_source)),
+            IMAGE_SIZE,
+            seed=0,
+            workers=LOADER_WORKERS,
+            skip_bad=False,
+            device=torch.device("cpu"),
+            channels_last=False,
+        )
+        if train:
+            shard = TrainShard(len(train_source), LOADER_BATCH, rank=0, world_size=1)
+            order = epoch_order(len(train_source), seed=0, epoch=1)
+            batches = stream.batches(TRAIN, shard.plan(order, 1, 0, shard.steps_per_epoch))
+        else:
+            plan = EvalShard(len(eval_source), LOADER_BATCH, rank=0, world_size=1).plan()
+            batches = stream.batches(EVAL, plan)
+        return measure(batches)
+
+
+def reference(root: Path, train: bool) -> Rate:
+    """torchvision's ImageFolder + DataLoader with its presets over a split of ``root``."""
+    import torch
+    from torchvision import datasets
+    from torchvision.transforms import v2
+
+    geometry: list[Any] = (
+        [v2.RandomResizedCrop(IMAGE_SIZE, antialias=True), v2.RandomHorizontalFlip()]
+        if train
+        else [v2.Resize(IMAGE_SIZE * 256 // 224, antialias=True), v2.CenterCrop(IMAGE_SIZE)]
+    )
+    preset = v2.Compose(
+        [
+            *geometry,
+            v2.PILToTensor(),
+            v2.ToDtype(torch.float, scale=True),
+            v2.Normalize(MEAN, STD),
+            v2.ToPureTensor(),
+        ]
+    )
+    folder = datasets.ImageFolder(str(root / ("train" if train else "val")), transform=preset)
+    loader = torch.utils.data.DataLoader(
+        folder, batch_size=LOADER_BATCH, shuffle=train, num_workers=LOADER_WORKERS
+    )
+    return measure(loader)
+
+
+def loader_row(what: str, rounds: Sequence[Mapping[str, Rate]], name: str) -> Row:
+    """``name``'s ``METRICS`` against the reference's (medians), and their ratios taken
+    within each round."""
+    parts = []
+    for metric, label in METRICS.items():
+        ours_rate = statistics.median(getattr(r[name], metric) for r in rounds)
+        theirs = statistics.median(getattr(r[REFERENCE], metric) for r in rounds)
+        ratio = spread([getattr(r[name], metric) / getattr(r[REFERENCE], metric) for r in rounds])
+        parts.append(
+            f"{label} {ours_rate:.0f} vs {theirs:.0f}: **{ratio['median']:.2f}x** "
+            f"(min {ratio['min']:.2f}, max {ratio['max']:.2f})"
+        )
+    return what, "; ".join(parts), TARGET
+
+
+def loader(repeats: int) -> tuple[list[Row], dict[str, Any]]:
+    home = dataset(LOADER_TREE)
+    roots = {"tree": home / "tree", "shards": packed(home), "shards-500": packed(home, MAX_SIDE)}
+    record: dict[str, Any] = {
+        "workers": LOADER_WORKERS,
+        "batch": LOADER_BATCH,
+        "image_size": IMAGE_SIZE,
+        "files": {split: describe_files(home / "tree" / split) for split in ("train", "val")},
+        "shard_bytes": {
+            name: sum(path.stat().st_size for path in root.glob("*.tar"))
+            for name, root in roots.items()
+            if name != "tree"
+        },
+    }
+    rows: list[Row] = []
+    for train, transforms, split in ((True, "train", "train"), (False, "eval", "val")):
+        runners: dict[str, Callable[[], Rate]] = {
+            REFERENCE: functools.partial(reference, roots["tree"], train)
+        }
+        runners |= {name: functools.partial(ours, root, train) for name, root in roots.items()}
+        rounds = interleaved(runners, repeats, f"loader, {transforms} transforms")
+        record[transforms] = [{name: rate.record() for name, rate in r.items()} for r in rounds]
+        files = record["files"][split]["files"]
+        for name, label in LOADER_SOURCES.items():
+            rows.append(
+                loader_row(
+                    f"loader, {transforms} transforms, {label}: ddpimg vs torchvision "
+                    f"ImageFolder + DataLoader ({split}, {files:.0f} files, {LOADER_WORKERS} "
+                    f"worker, batch {LOADER_BATCH}, {IMAGE_SIZE} px, {repeats} rounds)",
+                    rounds,
+                    name,
+                )
+            )
+    return rows, record
+
+
+# ---- memory and time to first step at two dataset sizes -------------------------------------
+
+
+def first_step(root: Path, *, first: bool) -> dict[str, float]:
+    """One training step on ``root`` (its index removed first when ``first``): the peak
+    memory of the process tree, the time to the first step and the data phase in it."""
+    if first:
+        shutil.rmtree(root / INDEX_DIR, ignore_errors=True)
+    else:
+        from ddpimg.data.sources import prepare
+
+        prepare(root, root)  # what an earlier run left: the index beside the data
+    with TreeMemory() as memory:
+        run = run_train([*SCALE_TRAIN, "--data", str(root), *EVAL_SAMPLES], steps=1, warmup=0)
+    marks = run.manifest["startup"]["marks"]
+    return {
+        "peak_rss_mb": memory.peak_rss_kb / 1024,
+        "peak_pss_mb": memory.peak_pss_kb / 1024,
+        "processes": memory.most_processes,
+        "first_step_s": marks["first_step"] - run.spawned,
+        "data_s": marks["data"] - marks["setup"],
+    }
+
+
+def growth_rows(
+    label: str, rounds: Sequence[Mapping[str, Mapping[str, float]]], files: tuple[int, int]
+) -> tuple[list[Row], dict[str, float]]:
+    """Two rows (memory, time to first step) of ``first_step``'s results on the ``small``
+    and the ``large`` dataset (``files`` files) in each round: their medians, and the
+    median of the large / small ratios taken within each round; and those ratios by key.
+    The cost per million files is given for the data phase alone: the difference of two
+    whole runs is mostly the machine's noise."""
+    median = {
+        key: tuple(statistics.median(r[size][key] for r in rounds) for size in ("small", "large"))
+        for key in ("peak_rss_mb", "peak_pss_mb", "first_step_s", "data_s")
+    }
+    ratios = {
+        key: statistics.median(r["large"][key] / r["small"][key] for r in rounds)
+        for key in ("peak_rss_mb", "peak_pss_mb", "first_step_s")
+    }
+    sizes = f"{files[0]:,} vs {files[1]:,} files ({len(rounds)} rounds)"
+    (rss_a, rss_b), (pss_a, pss_b) = median["peak_rss_mb"], median["peak_pss_mb"]
+    (step_a, step_b), (data_a, data_b) = median["first_step_s"], median["data_s"]
+    per_million = (data_b - data_a) / (files[1] - files[0]) * 1e6
+    target = f"< {GROWTH_LIMIT:.2f}x"
+    rows: list[Row] = [
+        (
+            f"{label}: peak memory of the process and its workers, {sizes}",
+            f"RSS summed {rss_a:.0f} vs {rss_b:.0f} MB: **{ratios['peak_rss_mb']:.2f}x**; "
+            f"PSS summed {pss_a:.0f} vs {pss_b:.0f} MB: {ratios['peak_pss_mb']:.2f}x",
+            target,
+        ),
+        (
+            f"{label}: time to first step, {sizes}",
+            f"{step_a:.2f} vs {step_b:.2f} s: **{ratios['first_step_s']:.2f}x**; of it the "
+            f"data phase {data_a:.2f} vs {data_b:.2f} s ({per_million:+.1f} s per million files)",
+            target,
+        ),
+    ]
+    return rows, ratios
+
+
+def verdict(ratios: Mapping[str, float]) -> Row:
+    """Whether every growth ratio stays under ``GROWTH_LIMIT``, naming those that do not."""
+    over = [f"{name} {ratio:.2f}x" for name, ratio in ratios.items() if ratio >= GROWTH_LIMIT]
+    return (
+        "scale: peak RSS and time to first step grow < 25% for a 10x larger dataset",
+        "met" if not over else f"missed: {', '.join(over)}",
+        "met",
+    )
+
+
+RUNS = {"first": "index built", "second": "index reused"}
+# Whole runs, timed from outside, are the noisiest figures here: this part takes at least
+# this many rounds, whatever --repeats says.
+SCALE_ROUNDS = 5
+
+
+def scale(repeats: int) -> tuple[list[Row], dict[str, Any]]:
+    homes = [dataset(spec) for spec in SCALE_TREES]
+    layouts = {"tree": [home / "tree" for home in homes], "shards": [packed(h) for h in homes]}
+    files = (SCALE_TREES[0].files, SCALE_TREES[1].files)
+    runners: dict[str, Callable[[], dict[str, float]]] = {
+        f"{layout}/{size}/{run}": functools.partial(first_step, root, first=run == "first")
+        for layout, roots in layouts.items()
+        for size, root in zip(("small", "large"), roots, strict=True)
+        for run in RUNS
+    }
+    rounds = interleaved(runners, max(repeats, SCALE_ROUNDS), "scale")
+    rows: list[Row] = []
+    checked: dict[str, float] = {}
+    for layout in layouts:
+        for run, what in RUNS.items():
+            pairs = [
+                {size: r[f"{layout}/{size}/{run}"] for size in ("small", "large")} for r in rounds
+            ]
+            more, ratios = growth_rows(f"scale, {layout}, {run} run ({what})", pairs, files)
+            rows += more
+            checked |= {
+                f"{layout} {run} run {key}": ratios[key] for key in ("peak_rss_mb", "first_step_s")
+            }
+    rows.append(verdict(checked))
+    return rows, {"files": files, "rounds": rounds, "ratios": checked}
+
+
+# ---- training steps/s: real files against synthetic data ------------------------------------
+
+
+def steps_per_s(data: Sequence[str]) -> float:
+    run = run_train([*TRAINING, *data, *EVAL_SAMPLES], steps=TRAINING_STEPS, warmup=TRAINING_WARMUP)
+    return run.steady_steps_per_s
+
+
+def training(repeats: int) -> tuple[list[Row], dict[str, Any]]:
+    tree = dataset(LOADER_TREE) / "tree"
+    samples = str(LOADER_TREE.classes * LOADER_TREE.train_per_class)
+    rounds = interleaved(
+        {
+            "files": functools.partial(steps_per_s, ["--data", str(tree)]),
+            "synthetic": functools.partial(
+                steps_per_s, ["--data", "synthetic", "--train-samples", samples]
+            ),
+        },
+        repeats,
+        "resnet18 files vs synthetic",
+    )
+    ratio = spread([r["files"] / r["synthetic"] for r in rounds])
+    files = statistics.median(r["files"] for r in rounds)
+    synthetic = statistics.median(r["synthetic"] for r in rounds)
+    row = (
+        f"training: resnet18 steps/s on the loader tree's files vs --data synthetic (batch "
+        f"{TRAINING_BATCH}, {TRAINING_SIZE} px, default workers, steps {TRAINING_WARMUP + 1}-"
+        f"{TRAINING_STEPS}, {repeats} rounds)",
+        f"{files:.2f} vs {synthetic:.2f} steps/s: **{ratio['median']:.2f}x** "
+        f"(min {ratio['min']:.2f}, max {ratio['max']:.2f})",
+        "",
+    )
+    return [row], {"rounds": rounds}
+
+
+def run(repeats: int) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    record: dict[str, Any] = {"cache": str(CACHE)}
+    for name, measurement in (("loader", loader), ("scale", scale), ("training", training)):
+        began = time.perf_counter()
+        more, record[name] = measurement(repeats)
+        record[name]["took_s"] = round(time.perf_counter() - began, 1)
+        rows += more
+    return rows, record

@@ -1,0 +1,62 @@
+"""THE plan: every step of the runbook, the command (part) it runs in, its goal, and how long
+it is expected to take on an H100 and in the dry run on a 2-core CPU. A new check is one
+entry here and one function beside the others.
+
+The parts are sized for the device tool's 10-minute commands with a margin (9 minutes each):
+1. setup, the checks (gpu tests, gpu-check, compatibility, doctor, NCCL with two ranks on the
+   GPU, the flight recorder) and the two-rank training cells;
+2. the one-rank matrix (72 cells: every trainer x strategy x precision);
+3. the benchmark.
+
+Not here yet: the real-data pipelines (ResNet-50 bf16 on generated JPEGs against synthetic
+images; GPT on token shards) land with issues 18 and 19, each as one more entry of part 3.
+The GPU estimates are a first guess, never measured; the first GPU run's seconds (in each
+part's JSON) should replace them. A matrix step's estimate is that of one cell: its cells
+are budgeted one by one (bf16 first, fp16 last), so a part that runs short leaves out the
+last cells, named in the table, rather than the whole step.
+"""
+
+from __future__ import annotations
+
+from runbook import bench_steps, check_steps, matrix, setup_steps
+from runbook.model import Step
+
+PARTS = (1, 2, 3)
+EVERY_PART = PARTS
+
+PLAN: tuple[Step, ...] = (
+    Step("install", EVERY_PART, "the carried wheels install with no index (pip resolves against "
+         "the device's own packages)", setup_steps.install, 60, 15, always=True),
+    Step("device", EVERY_PART, "a CUDA GPU is visible; versions recorded", setup_steps.device,
+         20, 5, always=True),
+    Step("gpu-tests", (1,), "`pytest -m gpu`: every gpu test passes", check_steps.gpu_tests,
+         60, 25),
+    Step("gpu-check", (1,), "`nox -s gpu-check`'s checks: GPU seen, NCCL all-reduce, a bf16 step",
+         check_steps.gpu_check, 40, 5),
+    Step("compat", (1,), "ddpimg's compatibility rule accepts this GPU and driver",
+         check_steps.compat, 20, 5),
+    Step("doctor", (1,), "`ddpimg doctor`: all-reduce correct, NCCL's transport parsed from its "
+         "own log", check_steps.doctor, 40, 8),
+    Step("nccl-two-ranks", (1,), "find out whether NCCL runs two ranks on one GPU; pick the "
+         "two-rank backend", check_steps.nccl_two_ranks, 40, 1),
+    Step("doctor-two-ranks", (1,), "`ddpimg doctor --nproc-per-node 2` on the one GPU",
+         check_steps.doctor_two_ranks, 45, 15),
+    Step("flight-recorder", (1,), "a hung collective leaves every rank's flight record; "
+         "torchfrtrace reads it", check_steps.flight_recorder, 90, 25),
+    Step("matrix-two-ranks", (1,), matrix.GOAL + " (two ranks on the one GPU)",
+         matrix.matrix_two_ranks, 60, 20),
+    Step("matrix", (2,), matrix.GOAL, matrix.matrix, 60, 20),
+    Step("bench-mnist", (3,), f"MNIST 5 epochs >= {bench_steps.MNIST_SPEEDUP:.0f}x faster than "
+         "the tutorial-style loop, same final accuracy", bench_steps.bench_mnist, 120, 20),
+    Step("bench-resnet50", (3,), f"ResNet-50 bf16 + channels_last >= "
+         f"{bench_steps.RESNET_IMAGES_PER_S:,.0f} images/s on an H100, >= the reference loop",
+         bench_steps.bench_resnet, 120, 25),
+    Step("bench-gpt124m", (3,), f"GPT-124M bf16: MFU >= {100 * bench_steps.GPT_MFU:.0f}%",
+         bench_steps.bench_gpt, 60, 15),
+    Step("time-to-first-step", (3,), "time to the first step (by phase)",
+         bench_steps.time_to_first_step, 90, 12),
+)  # fmt: skip
+
+
+def steps_of(part: int) -> list[Step]:
+    return [step for step in PLAN if part in step.parts]

@@ -1,0 +1,172 @@
+"""The ``data`` benchmark part's bookkeeping: process accounting, rows, verdict, dataset cache,
+and its two loaders on a tiny tree (the measurements themselves run in ``nox -s bench``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from parts import data
+from parts.data import Rate, TreeSpec
+
+ROLLUP = """\
+5638061c4000-7ffcdf6a7000 ---p 00000000 00:00 0                          [rollup]
+Rss:                1724 kB
+Pss:                 224 kB
+Shared_Clean:       1576 kB
+"""
+
+
+def fake_process(proc: Path, pid: int, children: list[int], rss: int, pss: int) -> None:
+    task = proc / str(pid) / "task" / str(pid)
+    task.mkdir(parents=True)
+    (task / "children").write_text(" ".join(map(str, children)) + (" " if children else ""))
+    (proc / str(pid) / "smaps_rollup").write_text(
+        f"0-1 ---p 00000000 00:00 0 [rollup]\nRss: {rss} kB\nPss: {pss} kB\n"
+    )
+
+
+def test_rollup_fields_are_read_in_kb_and_the_header_line_is_skipped() -> None:
+    assert data.rollup_kb(ROLLUP) == {"Rss": 1724, "Pss": 224, "Shared_Clean": 1576}
+    own = data.rollup_kb(Path("/proc/self/smaps_rollup").read_text())
+    assert own["Rss"] >= own["Pss"] > 0
+
+
+def test_descendants_are_found_through_every_generation() -> None:
+    # A shell that starts a sleep and waits for it: a child and a grandchild of this process.
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        found = data.descendants(os.getpid())
+        while len(found) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            found = data.descendants(os.getpid())
+        assert found[0] == shell.pid
+        assert len(found) == 2
+        assert data.descendants(found[1]) == []
+    finally:
+        shell.kill()
+        shell.wait()
+    assert data.descendants(shell.pid) == []
+
+
+def test_cpu_seconds_counts_user_and_system_time_of_running_processes(tmp_path: Path) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "7").mkdir()
+    # A command name holding spaces and ")" must not shift the fields.
+    fields = ["S", "1", "1", "0", "-1", "0", "0", "0", "0", "0", "0"]  # fields 3-13 of proc(5)
+    stat = f"7 (a b) c) {' '.join(fields)} {3 * ticks} {ticks} 0 0 20 0 1 0 100"
+    (tmp_path / "7" / "stat").write_text(stat)
+    assert data.cpu_seconds([7, 8], tmp_path) == pytest.approx(4.0)
+    assert data.cpu_seconds([os.getpid()]) == pytest.approx(time.process_time(), abs=0.2)
+
+
+def test_tree_memory_sums_every_process_below_this_one(tmp_path: Path) -> None:
+    me = os.getpid()
+    fake_process(tmp_path, me, [101], rss=1, pss=1)
+    fake_process(tmp_path, 101, [102], rss=1000, pss=600)
+    fake_process(tmp_path, 102, [], rss=800, pss=200)
+    memory = data.TreeMemory(proc=tmp_path)
+    memory.sample()
+    (tmp_path / "102" / "smaps_rollup").unlink()  # it ended: the peak stays
+    memory.sample()
+    assert (memory.peak_rss_kb, memory.peak_pss_kb, memory.most_processes) == (1800, 800, 2)
+
+
+def test_the_first_batch_is_not_counted() -> None:
+    batches = [(torch.zeros(size, 3, 4, 4), torch.zeros(size)) for size in (32, 32, 16)]
+    rate = data.measure(batches)
+    assert rate.images == 48
+    assert rate.worker_cpu_s == 0  # no worker processes
+
+
+def rate(images: int, wall_s: float, worker_cpu_s: float, main_cpu_s: float = 0.0) -> Rate:
+    return Rate(images, wall_s, worker_cpu_s, main_cpu_s)
+
+
+def test_loader_ratios_are_taken_within_each_round() -> None:
+    # A slow round for both sides: the ratio of medians (100/75) is not the median ratio.
+    rounds = [
+        {"tree": rate(100, 1.0, 2.0, 2.0), data.REFERENCE: rate(100, 2.0, 2.0)},
+        {"tree": rate(100, 4.0, 2.0, 2.0), data.REFERENCE: rate(100, 8.0, 4.0)},
+        {"tree": rate(100, 1.0, 1.0, 1.0), data.REFERENCE: rate(100, 1.0, 2.0)},
+    ]
+    what, result, target = data.loader_row("loader, train", rounds, "tree")
+    assert what == "loader, train"
+    assert result.split("; ") == [
+        "per worker core (images per worker CPU-second) 50 vs 50: **2.00x** (min 1.00, max 2.00)",
+        "workers + main process (images per CPU-second) 25 vs 50: **1.00x** (min 0.50, max 1.00)",
+        "images/s 100 vs 50: **2.00x** (min 1.00, max 2.00)",
+    ]
+    assert target == data.TARGET
+
+
+def test_growth_rows_give_medians_ratios_within_rounds_and_the_data_phase_per_million() -> None:
+    def run(rss: float, step: float, data_s: float) -> dict[str, float]:
+        return {"peak_rss_mb": rss, "peak_pss_mb": 800.0, "first_step_s": step, "data_s": data_s}
+
+    # The second round is slow for both sizes: its ratio (1.0) is in, its times are not.
+    rounds = [
+        {"small": run(1000.0, 5.0, 0.1), "large": run(1010.0, 6.0, 2.1)},
+        {"small": run(1000.0, 9.0, 0.1), "large": run(1010.0, 9.0, 2.1)},
+        {"small": run(1000.0, 4.0, 0.1), "large": run(1010.0, 5.0, 2.1)},
+    ]
+    rows, ratios = data.growth_rows("scale, tree", rounds, (2000, 22000))
+    assert ratios == pytest.approx({"peak_rss_mb": 1.01, "peak_pss_mb": 1.0, "first_step_s": 1.2})
+    assert rows == [
+        (
+            "scale, tree: peak memory of the process and its workers, 2,000 vs 22,000 files "
+            "(3 rounds)",
+            "RSS summed 1000 vs 1010 MB: **1.01x**; PSS summed 800 vs 800 MB: 1.00x",
+            "< 1.25x",
+        ),
+        (
+            "scale, tree: time to first step, 2,000 vs 22,000 files (3 rounds)",
+            "5.00 vs 6.00 s: **1.20x**; of it the data phase 0.10 vs 2.10 s (+100.0 s per "
+            "million files)",
+            "< 1.25x",
+        ),
+    ]
+
+
+def test_the_verdict_names_what_grew_too_much() -> None:
+    assert data.verdict({"tree rss": 1.01, "tree time": 1.24})[1] == "met"
+    assert data.verdict({"tree rss": 1.01, "shards time": 1.25})[1] == "missed: shards time 1.25x"
+
+
+def test_a_dataset_is_generated_once_and_again_when_its_spec_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(data, "CACHE", tmp_path)
+    spec = TreeSpec("tiny", classes=2, train_per_class=2, val_per_class=1, sizes=(8, 12))
+    home = data.dataset(spec)
+    files = sorted((home / "tree").rglob("*.*"))
+    assert len(files) == spec.files == 6
+    stamp = files[0].stat().st_mtime_ns
+    assert data.dataset(spec) == home
+    assert files[0].stat().st_mtime_ns == stamp
+    bigger = TreeSpec("tiny", classes=2, train_per_class=3, val_per_class=1, sizes=(8, 12))
+    assert len(list((data.dataset(bigger) / "tree").rglob("*.*"))) == bigger.files == 8
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_both_loaders_deliver_every_image_of_the_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train: bool
+) -> None:
+    monkeypatch.setattr(data, "CACHE", tmp_path)
+    monkeypatch.setattr(data, "IMAGE_SIZE", 16)
+    monkeypatch.setattr(data, "LOADER_BATCH", 4)
+    spec = TreeSpec("tiny", classes=2, train_per_class=8, val_per_class=5, sizes=(20, 40))
+    tree = data.dataset(spec) / "tree"
+    ours, reference = data.ours(tree, train), data.reference(tree, train)
+    # Training drops the incomplete last batch, as train does; the first batch is not counted.
+    assert ours.images == (16 - 4 if train else 10 - 4)
+    assert reference.images == (16 - 4 if train else 10 - 4)

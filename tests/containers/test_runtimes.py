@@ -1,0 +1,114 @@
+"""The step `ddpimg sbatch` renders, run for real under each container runtime this machine
+has (`nox -s smoke`): docker, and podman through NERSC's podman-hpc wrapper
+(tests/containers/podman_hpc.py says what that takes here).
+
+For each runtime the test renders a 1-node job of two CPU ranks (``--site local
+--gpu-request none``) and runs its step's command, from the task prelude on, once per rank
+with the variables `srun` gives each task, in the job's working directory, the way srun
+would: the runtime's line, its environment passing and its binds are the ones users get. The
+two ranks' losses must match one process's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.containers.podman_hpc import Store
+from tests.containers.test_smoke import docker_env, slurm_step
+from tests.integration.runs import QUICK_TRAIN, assert_close, run, train_losses
+
+pytestmark = pytest.mark.docker
+
+REL = 1e-4
+RANKS = 2
+STEP_TIMEOUT_S = 300
+
+
+def render(runtime: str, image: str, workdir: Path) -> str:
+    """The batch script of a 1-node job of RANKS CPU ranks under ``runtime``."""
+    proc = run(
+        [sys.executable, "-m", "ddpimg", "sbatch", "--site", "local", "--runtime", runtime,
+         "--image", image, "--gpu-request", "none", "--nodes", "1", "--gpus-per-node",
+         str(RANKS), "--time", "10", "--", "train", *QUICK_TRAIN],
+        docker_env(),
+        cwd=workdir,
+    )  # fmt: skip
+    return proc.stdout
+
+
+def step_command(script: str) -> str:
+    """The training step's command as the script writes it, from the task prelude on: what
+    srun starts in each task (continuations joined, the trailing `&` dropped)."""
+    joined = script.replace("\\\n", " ")
+    line = next(line for line in joined.splitlines() if line.startswith("srun "))
+    command = line[line.index("bash -c ") :].rstrip()
+    assert command.endswith(" &"), line
+    return command.removesuffix(" &")
+
+
+def run_step(command: str, env: dict[str, str], workdir: Path, job_id: str) -> list[str]:
+    """Start ``command`` once per rank with that task's Slurm variables; their outputs."""
+    ranks = [
+        subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=workdir,
+            env=env | slurm_step(rank, job_id),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(RANKS)
+    ]
+    outputs = [proc.communicate(timeout=STEP_TIMEOUT_S)[0] for proc in ranks]
+    for rank, (proc, output) in enumerate(zip(ranks, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{output[-4000:]}"
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def reference(image: str, tmp_path_factory: pytest.TempPathFactory) -> list[float]:
+    """One process's losses (one plain docker container)."""
+    out = tmp_path_factory.mktemp("reference")
+    out.chmod(0o777)
+    run(["docker", "run", "--rm", "--volume", f"{out}:/out", image, "train", "--site", "local",
+         *QUICK_TRAIN, "--out", "/out/run"], docker_env(), timeout=STEP_TIMEOUT_S)  # fmt: skip
+    return train_losses(out / "run")
+
+
+def check_two_ranks(workdir: Path, job_id: str, reference: list[float]) -> None:
+    run_dir = workdir / "runs" / job_id
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["distributed"]["world_size"] == RANKS
+    assert manifest["run_info"]["source"] == "slurm"
+    assert_close(train_losses(run_dir), reference, REL, "2 ranks vs 1 process")
+
+
+def test_rendered_docker_step_runs_two_ranks(
+    image: str, tmp_path: Path, reference: list[float]
+) -> None:
+    command = step_command(render("docker", image, tmp_path))
+    assert " docker run --rm --network=host" in command
+    job_id = str(41000 + os.getpid() % 10000)
+    outputs = run_step(command, docker_env(), tmp_path, job_id)
+    assert "ddpimg: task 1 (node 0, local 1) on " in outputs[1]
+    check_two_ranks(tmp_path, job_id, reference)
+
+
+@pytest.mark.podman
+def test_rendered_podman_hpc_step_runs_two_ranks(
+    image: str, podman_hpc_store: Store | None, tmp_path: Path, reference: list[float]
+) -> None:
+    assert podman_hpc_store is not None  # made by conftest.py when podman is here
+    podman_hpc = podman_hpc_store.wait()
+    command = step_command(render("podman-hpc", image, tmp_path))
+    assert " podman-hpc run --rm --network=host --ipc=host --user=0:0 --env 'SLURM_*'" in command
+    job_id = str(51000 + os.getpid() % 10000)
+    run_step(command, podman_hpc, tmp_path, job_id)
+    check_two_ranks(tmp_path, job_id, reference)

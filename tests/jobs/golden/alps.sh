@@ -1,0 +1,109 @@
+#!/bin/bash
+# Rendered by `ddpimg sbatch` for site alps (CSCS Alps (Daint, Clariden, Santis): 4 x
+# GH200 (aarch64) per node, Slingshot, Container Engine). 2 nodes x 4 GPUs = 8 ranks: srun
+# starts one task per rank. Render it again rather than editing it: ddpimg checks the
+# layout it writes.
+#SBATCH --job-name=ddpimg
+#SBATCH --nodes=2
+# One task per GPU: each task is one rank, bound by ddpimg to the GPU of its local rank.
+#SBATCH --ntasks-per-node=4
+# GPUs requested the way site alps wants, and only that way.
+#SBATCH --gpus-per-node=4
+# CPUs per rank, for its data-loading workers.
+#SBATCH --cpus-per-task=72
+#SBATCH --time=12:00:00
+#SBATCH --partition=normal
+# The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
+# keeps the log of every restart in one file.
+#SBATCH --output=%x-%j.out
+#SBATCH --open-mode=append
+# USR2 reaches this batch shell (B:) 300 s before the time limit; the trap below passes it
+# to the training step, which checkpoints and exits 75; the script then requeues the job,
+# which resumes from the checkpoint.
+#SBATCH --requeue
+#SBATCH --signal=B:USR2@300
+
+# No `set -e`: `wait` returns non-zero when a signal arrives, and the script must go
+# on to pass the signal to the step and decide about the requeue.
+set -uo pipefail
+
+MAX_RESTARTS=3
+# train's exit status after it checkpointed on USR2 or TERM (ddpimg.exitcodes).
+PREEMPTED=75
+
+echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SLURM_JOB_NODELIST}" >&2
+
+step_pid=""
+interrupted=0
+cancelled=0
+forward_usr2() {
+    interrupted=1
+    echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
+    # srun passes the signal on to every task of its step.
+    if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
+}
+note_term() {
+    interrupted=1
+    cancelled=1
+    # Slurm signals the step itself when it cancels or preempts the job (and requeues
+    # it itself if it preempted it): only keep waiting, so the checkpoint gets written.
+    echo "ddpimg: TERM, job cancelled or preempted: waiting for the step" >&2
+}
+trap forward_usr2 USR2
+trap note_term TERM
+
+# The Container Engine's environment definition file (EDF) of the step: the image,
+# the file systems and the working directory (the engine expands ${...} itself), and
+# the site's hooks. Written at each start, so a requeued job writes the same file.
+edf="${PWD}/ddpimg-${SLURM_JOB_ID}.toml"
+cat > "$edf" <<'EDF'
+image = "${PWD}/ddpimg+gpu-arm64.sqsh"
+mounts = ["${PWD}", "/capstor:/capstor", "/iopsstor:/iopsstor"]
+workdir = "${PWD}"
+
+[annotations]
+com.hooks.aws_ofi_nccl.enabled = "true"
+com.hooks.aws_ofi_nccl.variant = "cuda-dl"
+EDF
+
+# The training step, in the background so that the traps above can run. srun is
+# given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
+# The single quotes keep the per-task variables for each task's own shell.
+# --cpu-bind: site alps's binding of each task's cores.
+# --environment starts each task in the EDF's container, with the task's
+# environment; the engine's hooks add the GPUs and the network stack.
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=72 \
+    --cpu-bind=cores --environment="$edf" \
+    bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
+    train mnist --epochs 5 --global-batch-size 256 --site alps --out "runs/${SLURM_JOB_ID}" --resume auto &
+step_pid=$!
+
+# A trapped signal ends `wait` early (status 128+signal) while the step still runs.
+while :; do
+    interrupted=0
+    wait "$step_pid"
+    status=$?
+    if [ "$interrupted" -eq 0 ] || [ "$status" -le 128 ]; then
+        break
+    fi
+done
+
+# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS
+# times. An array task is requeued by its own id, <array job id>_<task id>.
+if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then
+    restarts=${SLURM_RESTART_COUNT:-0}
+    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
+        job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    else
+        job="${SLURM_JOB_ID}"
+    fi
+    if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+        echo "ddpimg: job $job was restarted $restarts times (at most $MAX_RESTARTS): not requeueing; resubmit it to go on from the checkpoint" >&2
+    else
+        echo "ddpimg: requeueing job $job (restart $((restarts + 1)) of $MAX_RESTARTS)" >&2
+        scontrol requeue "$job" && exit 0
+        echo "ddpimg: scontrol requeue $job failed; resubmit it to go on from the checkpoint" >&2
+    fi
+fi
+echo "ddpimg: the training step ended with status $status" >&2
+exit "$status"
