@@ -8,9 +8,11 @@ middle of an epoch at another world size; every evaluation sample is evaluated o
 
 Tolerance: resnet18 from scratch on the CPU amplifies floating-point noise quickly at a
 large learning rate (two 1-process runs with different thread counts part by percents after
-a few steps at --lr 0.002); at --lr 0.0005, 1 and 2 processes agree to 1e-6 over these steps,
-so REL is tight enough to catch any per-rank statistic or random draw (--no-sync-batchnorm
-differs by 2% at the first step).
+a few steps at --lr 0.002). At --lr 0.0005 the noise still grows about 20x a step: 1 and 2
+processes agreed to 1e-6 over these steps here, but on CI's machine a run resumed on two
+processes parted by 1.2e-4 at step 6 (5e-6 at step 5). REL is 1e-3, an order above that and
+still an order below what any per-rank statistic or random draw changes (--no-sync-batchnorm
+differs by 2% at the first step; a batch from another data position by percents).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ RESNET = [
     "--max-steps", str(STEPS), "--log-every", "1", "--lr", "0.0005", "--seed", "5",
     "--eval-samples", str(EVAL_SAMPLES), "--warmup-steps", "1",
 ]  # fmt: skip
-REL = 1e-4
+REL = 1e-3
 
 
 @pytest.fixture(scope="module")
