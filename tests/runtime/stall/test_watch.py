@@ -76,6 +76,20 @@ def _at(watch: StallWatch, step: int, *path: str) -> None:
         watch.progress.enter(phase, step)
 
 
+def test_a_heartbeat_taken_before_the_end_does_not_replace_the_final_record(port: int) -> None:
+    """The publisher thread may hold a "running" record while the loop ends: published
+    after the final one, it would make a rank that finished look silent later."""
+    watch = _watch(port, 1)
+    _at(watch, 3, phases.FORWARD)
+    heartbeat = watch.record()
+    watch.start()
+    watch.stop()
+    watch.board.publish(heartbeat, watch.running)
+    final = watch.board.read_all()[1]
+    assert final is not None
+    assert (final.state, final.step) == ("done", 3)
+
+
 def test_limits_follow_the_timeout() -> None:
     assert StallLimits.for_timeout(600, "gloo") == StallLimits(600, 2.0, 6.0, 5.0, 20.0, 620)
     assert StallLimits.for_timeout(20, "gloo") == StallLimits(20, 1.0, 3.0, 5.0, 15.0, 35)

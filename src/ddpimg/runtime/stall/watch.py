@@ -132,10 +132,13 @@ class Board:
             self._unanswered = True
             raise
 
-    def publish(self, record: ProgressRecord) -> None:
-        """Unbounded: called by the publisher thread, which may block here."""
+    def publish(self, record: ProgressRecord, current: Callable[[], bool]) -> None:
+        """Unbounded: called by the publisher thread, which may block here. Written only
+        while ``current()`` still holds, asked under the client's lock: a final record
+        published meanwhile (publish_bounded) is never overwritten by an older one."""
         with self._lock:
-            self.store.set(record_key(record.rank), record.to_text())
+            if current():
+                self.store.set(record_key(record.rank), record.to_text())
 
     def publish_bounded(self, record: ProgressRecord) -> None:
         self._call(lambda: self.store.set(record_key(record.rank), record.to_text()))
@@ -334,6 +337,10 @@ class StallWatch:
             self._sentinel.close()
             self._sentinel = None
 
+    def running(self) -> bool:
+        """Whether the loop still runs (its final record not yet published)."""
+        return self._state == "running"
+
     def record(self) -> ProgressRecord:
         seq, step, phase, since = self.progress.position
         now = time.time()
@@ -388,7 +395,7 @@ class StallWatch:
                 return
             if record is not None:
                 with contextlib.suppress(RuntimeError):  # the store went away
-                    self.board.publish(record)
+                    self.board.publish(record, self.running)
 
     # -- when something failed -------------------------------------------------------------
 
