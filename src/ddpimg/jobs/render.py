@@ -43,6 +43,9 @@ def render_script(spec: JobSpec, profile: SiteProfile) -> str:
 def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
     ranks = counted(spec.nodes * spec.ranks_per_node, "rank")
     nodes = counted(spec.nodes, "node")
+    if spec.node_range:
+        ranks = f"{spec.min_nodes * spec.ranks_per_node}-{ranks}"
+        nodes = f"{spec.min_nodes}-{nodes}"
     if spec.gpus_requested:
         size = f"{nodes} x {counted(spec.gpus_per_node, 'GPU')} = {ranks}"
     else:
@@ -90,9 +93,19 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
             else "# One task per rank."
         )
         cpus_why = "# CPUs per rank, for its data-loading workers."
+    nodes_why = (
+        _comment(
+            f"A node range: Slurm starts the job, and a requeued one, on {spec.min_nodes} to "
+            f"{spec.nodes} nodes; the step takes the nodes it got, with the same global batch, "
+            "so a job that lost a node goes on without it."
+        )
+        if spec.node_range
+        else []
+    )
     lines = [
         f"#SBATCH --job-name={spec.job_name}",
-        f"#SBATCH --nodes={spec.nodes}",
+        *nodes_why,
+        f"#SBATCH --nodes={spec.nodes_request}",
         tasks_why,
         f"#SBATCH --ntasks-per-node={spec.ntasks_per_node}",
         *_gpu_directive(spec, profile),
@@ -243,7 +256,7 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     runtime = invocation(spec, profile)
     srun = [
         "srun",
-        f"--nodes={spec.nodes}",
+        f"--nodes={spec.step_nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
     ]
