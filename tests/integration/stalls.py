@@ -69,6 +69,7 @@ def check_named(
     )
     match = re.search(pattern, errors[0])
     assert match, errors[0]
+    print(errors[0])  # shown by pytest -rP
     gave_up_at, ago, victim_step, phase, _, checkpoint_step = match.groups()
     assert TIMEOUT_S - 1 <= int(ago) <= TIMEOUT_S + LIMITS.grace_s, errors[0]
     # the last report came at most a heartbeat before the stop: some steps earlier
@@ -102,6 +103,7 @@ def check_manifest(out: Path, victim: int, victim_host: str) -> None:
 def check_bound(stopped_at: float, ended_at: float) -> None:
     """Every process (the stopped one included) ended within the README's bound."""
     took = ended_at - stopped_at
+    print(f"stall to the last process's exit: {took:.1f} s")  # shown by pytest -rP
     assert took < BOUND_S + EXIT_ALLOWANCE_S, f"the stalled run took {took:.1f} s to end"
     # and not before the timeout: the survivors waited as long as they were told to
     assert took >= TIMEOUT_S, f"the run ended {took:.1f} s after the stall"

@@ -68,6 +68,7 @@ def test_doctor_names_the_node_whose_link_is_slow(
     assert slow == ["link node1 - node2", "link node2 - node3"]
     problems = [line for line in lines if line.startswith("problem:")]
     assert len(problems) == 1, proc.stdout
+    print(problems[0])  # shown by pytest -rP
     assert problems[0].startswith("problem: node node2: all-reduce bus bandwidth ")
     assert problems[0].endswith(
         f"every link of it is below site nsfloor's fabric.min_busbw_gbps {FLOOR_GBPS:g}: its "
