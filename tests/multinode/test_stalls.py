@@ -102,6 +102,17 @@ def _rank_pid(job_id: str, rank: int) -> int | None:
     return None
 
 
+def _drain(env: dict[str, str], node: str) -> None:
+    """Slurm gives the node to no job from now on (a running one keeps it)."""
+    update = ["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=lost-in-a-test"]
+    run(update, env, timeout=30)
+
+
+def _idle(env: dict[str, str]) -> list[str]:
+    listed = run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], env, timeout=30).stdout
+    return sorted(set(listed.split()) & {"node1", "node2"})
+
+
 def test_a_job_that_loses_a_node_is_requeued_and_continues_on_the_other(
     cluster: NamespaceCluster, cluster_env: dict[str, str], run_env: dict[str, str],
     tmp_path: Path,
@@ -116,20 +127,27 @@ def test_a_job_that_loses_a_node_is_requeued_and_continues_on_the_other(
     out = tmp_path / "run"
     argv = [command("ddpimg"), *SBATCH, "--", "train", *CONTINUED, "--timeout",
             str(TIMEOUT_S), "--out", str(out)]  # fmt: skip
-    job_id = run(argv, cluster_env, cwd=tmp_path, timeout=60).stdout.strip()
-    log = tmp_path / f"ddpimg-{job_id}.out"
-    drain = ["scontrol", "update", "NodeName=node2"]
+    # Slurm gives a range the nodes idle at the start: node3 is kept out, node1 and node2
+    # (still completing the previous test's job, maybe) are waited for.
+    _drain(cluster_env, "node3")
+    job_id = ""
     try:
+        wait_until("node1 and node2 are idle", lambda: _idle(cluster_env) == ["node1", "node2"])
+        job_id = run(argv, cluster_env, cwd=tmp_path, timeout=60).stdout.strip()
+        log = tmp_path / f"ddpimg-{job_id}.out"
         wait_until("a checkpoint is written", lambda: bool(candidates(out / CHECKPOINTS)))
         victim = _rank_pid(job_id, 1)
         assert victim is not None, log.read_text()
-        run([*drain, "State=DRAIN", "Reason=lost-in-a-test"], cluster_env, timeout=30)
+        _drain(cluster_env, "node2")
         os.kill(victim, signal.SIGKILL)
         release_requeued(job_id, cluster_env, restarts=1)
         info = wait_for_end(job_id, cluster_env, log)
     finally:
-        run(["scancel", job_id], cluster_env, timeout=30, check=False)
-        run([*drain, "State=RESUME"], cluster_env, timeout=30)
+        if job_id:
+            run(["scancel", job_id], cluster_env, timeout=30, check=False)
+        for node in ("node2", "node3"):
+            run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], cluster_env,
+                timeout=30, check=False)  # fmt: skip
     text = log.read_text()
     assert (info["JobState"], info["Restarts"], info["NodeList"]) == ("COMPLETED", "1", "node1")
     named = re.search(
