@@ -94,8 +94,8 @@ FIELDS: tuple[Field, ...] = (
         "nodes",
         int,
         0,
-        "nodes to allocate (required); MIN-MAX: Slurm starts the job, and a requeued one, on "
-        "as many as it can give in the range (sets --min-nodes)",
+        "nodes to allocate (required); MIN-MAX: Slurm may start the job, and a requeued one, on "
+        "any count in the range (sets --min-nodes)",
         "N|MIN-MAX",
         minimum=1,
     ),
