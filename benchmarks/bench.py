@@ -8,6 +8,7 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``rendezvous``: the join of 64 local processes; the report when one never arrives.
 * ``ab``: ddpimg's trainers against tutorial-style loops (benchmarks/reference/).
 * ``overhead``: DDP on 1 rank vs the bare model, 2 ranks vs 1, ZeRO 0-3 and FSDP vs DDP.
+* ``stallwatch``: what recording each rank's progress costs, and the loop with it vs without.
 * ``image``: image sizes, build times, container start time.
 * ``data``: the streamed image pipeline: loader images/s against torchvision's, memory and
   time to first step at two dataset sizes, resnet18 on files vs synthetic data.
@@ -36,7 +37,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parts import ab, data, env, gpu, image, overhead, rendezvous, startup, tokens, topology
+from parts import (
+    ab,
+    data,
+    env,
+    gpu,
+    image,
+    overhead,
+    rendezvous,
+    stallwatch,
+    startup,
+    tokens,
+    topology,
+)
 from parts.common import HERE, Row
 
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
@@ -46,6 +59,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "rendezvous": lambda ns: rendezvous.run(64, ns.join_timeout),
     "ab": lambda ns: ab.run(ns.repeats, ns.models.split(",")),
     "overhead": lambda ns: overhead.run(ns.repeats),
+    "stallwatch": lambda ns: stallwatch.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
     "data": lambda ns: data.run(ns.repeats),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),

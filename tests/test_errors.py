@@ -8,7 +8,14 @@ import io
 import pytest
 
 from ddpimg import exitcodes
-from ddpimg.errors import DdpimgError, JobError, LauncherError, RendezvousError, report
+from ddpimg.errors import (
+    DdpimgError,
+    JobError,
+    LauncherError,
+    RankLostError,
+    RendezvousError,
+    report,
+)
 
 
 def test_report_prints_message_then_indented_hint() -> None:
@@ -26,6 +33,7 @@ def test_report_prints_message_then_indented_hint() -> None:
     [
         (KeyboardInterrupt(), exitcodes.INTERRUPTED),
         (RendezvousError("1 of 2 ranks never joined"), exitcodes.RENDEZVOUS_FAILED),
+        (RankLostError("rank 1 (host n2) stopped reporting"), exitcodes.RANK_LOST),
         (LauncherError("bad RANK"), exitcodes.USAGE),
         (JobError("no --time"), exitcodes.USAGE),
         (SystemExit(75), 75),

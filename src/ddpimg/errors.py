@@ -56,5 +56,16 @@ class RendezvousError(DdpimgError):
     """Ranks could not meet: missing ranks, unreachable master, timeouts."""
 
 
+class RankLostError(DdpimgError):
+    """During training a rank stopped reporting, failed or fell behind, and the others gave
+    up on it. ``details`` is the JSON-ready verdict that manifest.json records."""
+
+    def __init__(
+        self, message: str, hint: str | None = None, details: dict[str, object] | None = None
+    ) -> None:
+        super().__init__(message, hint)
+        self.details = details or {}
+
+
 class JobError(DdpimgError):
     """A job cannot be rendered or submitted as asked."""

@@ -6,13 +6,16 @@ records in manifest.json both come from ``for_error``.
 
 from __future__ import annotations
 
-from ddpimg.errors import DdpimgError, RendezvousError
+from ddpimg.errors import DdpimgError, RankLostError, RendezvousError
 
 OK = 0
 TRAINING_FAILED = 1  # an exception during training, e.g. a peer rank died
 USAGE = 2  # bad flags, inconsistent launcher variables, bad profile, missing data
 RENDEZVOUS_FAILED = 3  # ranks missing at the join deadline, master unreachable
 CHECK_FAILED = 4  # `ddpimg doctor` found a problem
+# A rank stopped reporting (stopped, hung, died) or failed during training; every survivor
+# names it. The job can be requeued (on the remaining nodes) and resumed from a checkpoint.
+RANK_LOST = 5
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGUSR2/SIGTERM after a checkpoint; requeue and resume
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
@@ -23,6 +26,8 @@ def for_error(err: BaseException) -> int:
         return INTERRUPTED
     if isinstance(err, RendezvousError):
         return RENDEZVOUS_FAILED
+    if isinstance(err, RankLostError):
+        return RANK_LOST
     if isinstance(err, DdpimgError):
         return USAGE
     if isinstance(err, SystemExit):

@@ -45,7 +45,14 @@ DATA_EXAMPLES: dict[str, list[str]] = {
     "data-image": ["--site", "roihu", "--data-image", "/scratch/project_2001234/imagenet.sqsh"],
     "data-stage": ["--site", "della", "--stage-data", "/scratch/gpfs/me/imagenet-shards"],
 }
-EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES]
+# A node range (ddpimg.jobs.noderange): a job requeued after it lost a node starts again on
+# the nodes that are left, with the same global batch.
+# 384 is divisible by the ranks of 2, 3 and 4 nodes of 2 GPUs.
+RANGE_EXAMPLES: dict[str, list[str]] = {
+    "node-range": ["--site", "della", "--nodes", "2-4", "--time", "12:00:00", "--",
+                   "train", "mnist", "--epochs", "5", "--global-batch-size", "384"],
+}  # fmt: skip
+EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES, *RANGE_EXAMPLES]
 
 
 # Shown in the docs; test_golden.py checks that it loads and renders.
@@ -64,11 +71,14 @@ command = ["train", "mnist", "--epochs", "14", "--global-batch-size", "512"]
 
 
 def example_args(example: str) -> list[str]:
-    """The `ddpimg sbatch` arguments of ``example``: a site's name or a RUNTIME_EXAMPLES key."""
+    """The `ddpimg sbatch` arguments of ``example``: a site's name or a key of the other
+    examples' tables."""
     if example in RUNTIME_EXAMPLES:
         return [*RUNTIME_EXAMPLES[example], *COMMON, *COMMAND]
     if example in DATA_EXAMPLES:
         return [*DATA_EXAMPLES[example], *COMMON, *DATA_COMMAND]
+    if example in RANGE_EXAMPLES:
+        return RANGE_EXAMPLES[example]
     return ["--site", example, *COMMON, *EXTRA.get(example, []), *COMMAND]
 
 
@@ -99,7 +109,8 @@ def examples_doc() -> str:
         "```",
         "",
         "Scripts by site, then for the runtimes no shipped site uses, then the two ways to "
-        "bring a dataset to the nodes (a squashfs image, or staging to node-local disk):",
+        "bring a dataset to the nodes (a squashfs image, or staging to node-local disk), then "
+        "a node range (a job requeued after it lost a node goes on with the nodes left):",
         "",
     ]
     parts += [f"- [{example}](#{example})" for example in EXAMPLES]

@@ -1,14 +1,15 @@
 """``ddpimg doctor``: run under the same launcher as ``train``; every rank reports what it
-sees, rank 0 prints a table, and the exit status is non-zero when any check fails."""
+sees, rank 0 prints a table, and the exit status is non-zero when any check fails. The
+checks are ``ddpimg.runtime.doctor`` (per rank) and ``ddpimg.runtime.links`` (each node's
+links, on several nodes); this module parses and prints."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
-import time
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
 
 from ddpimg import errors, exitcodes
 from ddpimg.cli.launch_options import (
@@ -19,17 +20,10 @@ from ddpimg.cli.launch_options import (
     plan_from_args,
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
-from ddpimg.errors import LauncherError, ProfileError
-from ddpimg.plan import LaunchPlan
-from ddpimg.runtime.interfaces import interface_names, ipv4_address, missing_interfaces
+from ddpimg.errors import ProfileError
+from ddpimg.runtime.doctor import bind, check_allreduce, local_report, measure_bus_bandwidth
+from ddpimg.runtime.links import LINK_BYTES, LINK_ITERATIONS, LinkResult, ring_rounds
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
-
-if TYPE_CHECKING:
-    import torch
-
-CORRECTNESS_ELEMENTS = 1 << 20
-BANDWIDTH_BYTES = {"cpu": 16 << 20, "cuda": 256 << 20}
-BANDWIDTH_ITERATIONS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,99 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="rank 0 also prints the rows as JSON")
     add_nproc_argument(parser)
     add_local_rank_argument(parser)
-
-
-@dataclass
-class RankReport:
-    """What one rank sees. Gathered to rank 0."""
-
-    rank: int
-    host: str
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    device: str = ""
-    visible_gpus: str = ""
-    interfaces: dict[str, str] = field(default_factory=dict)  # profile's interface -> IPv4
-    shm_gib: float = 0.0
-    removed: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
-def local_report(plan: LaunchPlan) -> RankReport:
-    topo = plan.topology
-    report = RankReport(
-        rank=topo.rank,
-        host=socket.gethostname().split(".")[0],
-        local_rank=topo.local_rank,
-        local_world_size=topo.local_world_size,
-        node_rank=topo.node_rank,
-        visible_gpus=os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
-        removed=len(plan.removed),
-    )
-    for name in missing_interfaces(plan.site.interfaces):
-        report.problems.append(
-            f"interface {name} (profile {plan.site.name}) does not exist on {report.host}; "
-            f"present: {', '.join(interface_names())}"
-        )
-    for name in plan.site.interfaces:
-        report.interfaces[name] = ipv4_address(name) or "-"
-    try:
-        stat = os.statvfs("/dev/shm")
-        report.shm_gib = stat.f_frsize * stat.f_blocks / 2**30
-    except OSError:
-        report.problems.append("/dev/shm is missing (NCCL and DataLoader workers need it)")
-    return report
-
-
-def _bind(report: RankReport) -> torch.device:
-    import torch
-
-    from ddpimg.runtime.device import bind_device
-
-    try:
-        return bind_device(report.local_rank, report.local_world_size)
-    except LauncherError as err:
-        report.problems.append(err.message)
-        return torch.device("cpu")
-
-
-def check_allreduce(device: torch.device, world_size: int, rank: int) -> str | None:
-    """Sum of (rank + 1) over all ranks must be W(W+1)/2 in every element."""
-    import torch
-    import torch.distributed as dist
-
-    tensor = torch.full((CORRECTNESS_ELEMENTS,), float(rank + 1), device=device)
-    dist.all_reduce(tensor)
-    expected = world_size * (world_size + 1) / 2
-    wrong = int((tensor != expected).sum().item())
-    if wrong:
-        return (
-            f"all-reduce wrong in {wrong} of {CORRECTNESS_ELEMENTS} elements "
-            f"(expected {expected:g})"
-        )
-    return None
-
-
-def measure_bus_bandwidth(device: torch.device, world_size: int) -> float:
-    """All-reduce bus bandwidth in GB/s (nccl-tests' definition: algbw * 2(W-1)/W)."""
-    import torch
-    import torch.distributed as dist
-
-    nbytes = BANDWIDTH_BYTES["cuda" if device.type == "cuda" else "cpu"]
-    tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dist.all_reduce(tensor)  # warm-up: connections, buffers
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(BANDWIDTH_ITERATIONS):
-        dist.all_reduce(tensor)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = (time.perf_counter() - start) / BANDWIDTH_ITERATIONS
-    factor = 2 * (world_size - 1) / world_size if world_size > 1 else 1.0
-    return nbytes / elapsed * factor / 1e9
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
@@ -163,6 +64,33 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([fmt.format(*headers), *(fmt.format(*line) for line in lines)])
 
 
+def node_list(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[int]]]:
+    """(host, its ranks) of every node, in the order of their lowest rank."""
+    nodes: dict[str, list[int]] = {}
+    for row in sorted(rows, key=lambda row: row["rank"]):
+        nodes.setdefault(row["host"], []).append(row["rank"])
+    return list(nodes.items())
+
+
+def render_links(links: Sequence[LinkResult], num_nodes: int, floor_gbps: float) -> list[str]:
+    """The links' lines: how they were measured, then one line a link."""
+    rounds = len(ring_rounds(num_nodes))
+    judged = (
+        f"floor {floor_gbps:g} GB/s (fabric.min_busbw_gbps)"
+        if floor_gbps
+        else "not judged: the profile sets no fabric.min_busbw_gbps"
+    )
+    lines = [
+        f"links: each of {num_nodes} nodes with its ring neighbours, {rounds} round(s) of "
+        f"{LINK_ITERATIONS} all-reduces ({LINK_BYTES['cpu'] >> 20} MiB on CPUs, "
+        f"{LINK_BYTES['cuda'] >> 20} MiB on GPUs); {judged}"
+    ]
+    for link in links:
+        below = " (below the floor)" if floor_gbps and link.busbw_gbps < floor_gbps else ""
+        lines.append(f"link {link.a} - {link.b}: bus bandwidth {link.busbw_gbps:.3g} GB/s{below}")
+    return lines
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
@@ -186,8 +114,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from ddpimg import runtime
     from ddpimg.runtime import nccl_debug
     from ddpimg.runtime.device import default_backend
+    from ddpimg.runtime.links import judge_links, measure_links
 
-    device = _bind(report)
+    device = bind(report)
     report.device = str(device)
     backend = default_backend(device, args.backend or plan.site.backend)
     nccl_log = nccl_debug.start(backend, report.rank)
@@ -205,6 +134,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         report.problems += problems
         rows: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(rows, asdict(report))
+        nodes = node_list(rows)
+        floor = plan.site.fabric.min_busbw_gbps
+        links = measure_links(device, nodes, ctx.rank) if len(nodes) > 1 else []
+        verdict = judge_links(links, floor, plan.site.name)
         failed = any(row["problems"] for row in rows)
         if ctx.is_main:
             print(render_table(rows))
@@ -217,11 +150,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 f"all-reduce: {'FAILED' if failed else 'correct'}; bus bandwidth {busbw:.2f} GB/s"
             )
             print(transport)
+            if links:
+                print("\n".join(render_links(links, len(nodes), floor)))
             for row in rows:
                 for problem in row["problems"]:
                     print(f"problem: rank {row['rank']} on {row['host']}: {problem}")
+            for problem in verdict.problems:
+                print(f"problem: {problem}")
             if args.json:
-                print(json.dumps({"rows": rows, "busbw_gbps": busbw, "ok": not failed}))
-        return exitcodes.CHECK_FAILED if failed else exitcodes.OK
+                record = {
+                    "rows": rows,
+                    "busbw_gbps": busbw,
+                    "links": [asdict(link) for link in links],
+                    "slow_nodes": list(verdict.slow_nodes),
+                    "ok": not (failed or verdict.problems),
+                }
+                print(json.dumps(record))
+        return exitcodes.CHECK_FAILED if failed or verdict.problems else exitcodes.OK
     finally:
         runtime.shutdown()

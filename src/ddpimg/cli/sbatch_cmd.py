@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,31 @@ from ddpimg.jobs import (
     resolve_job,
     select_job_profile,
 )
+from ddpimg.jobs.noderange import parse_nodes
 from ddpimg.plan import short_hostname
 from ddpimg.site import SiteProfile
 
 SBATCH_TIMEOUT_S = 60.0
+
+
+class NodesAction(argparse.Action):
+    """``--nodes N`` or ``--nodes MIN-MAX`` (which also sets ``min_nodes``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            low, high = parse_nodes(str(values), option_string or "--nodes")
+        except JobError as err:  # argparse's way: the usage, the message, exit status 2
+            # No argument: the message names the option itself.
+            raise argparse.ArgumentError(None, f"{err.message} ({err.hint})") from err
+        namespace.nodes = high
+        if low < high:
+            namespace.min_nodes = low
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         options: dict[str, Any] = {"dest": field.name, "default": None, "help": help_text}
         if field.kind is list:
             options["action"] = "append"
+        elif field.name == "nodes":
+            options["action"] = NodesAction
         elif field.kind is int:
             options["type"] = int
         if field.choices:

@@ -99,6 +99,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             devices_per_rank=TRAINERS[config.trainer].devices_per_rank(config),
             trace_dir=str(config.out / TRACE_DIR),
+            stall_watch=True,
         )
         startup.mark("process_group")
         finished = False

@@ -22,6 +22,7 @@ from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
 from ddpimg.jobs.data import check_data
 from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.flavour import default_image, flavour_mismatch, unbuildable
+from ddpimg.jobs.noderange import check_node_range
 from ddpimg.jobs.spec import DEFAULT, JobSpec, bind_entries, counted
 from ddpimg.site.container import FILE_IMAGE_FORMS, RUNTIMES
 from ddpimg.site.model import Limits, SiteProfile
@@ -35,6 +36,7 @@ def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> l
     findings = [
         *_check_status(profile),
         *_check_command(spec),
+        *check_node_range(spec),
         *check_data(spec),
         *_check_gpus(spec, profile),
         *_check_gpu_type(spec, profile),

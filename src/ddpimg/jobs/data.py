@@ -114,7 +114,7 @@ def staging_lines(spec: JobSpec) -> list[str]:
         "# cp -p keeps the modification times the dataset's index checks, so the copy needs",
         "# no new index. The step reads the copy, bound into the container at the same path.",
         f'export {STAGED}="{spec.local_dir}/ddpimg-data-${{SLURM_JOB_ID}}"',
-        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --ntasks={spec.nodes} "
+        f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
         f'bash -c {copy} {source} "${{{STAGED}}}" || {{',
         f'    echo "ddpimg: staging {source} to ${{{STAGED}}} failed" >&2',
         "    exit 1",
@@ -129,7 +129,7 @@ def cleanup_lines(spec: JobSpec) -> list[str]:
         return []
     return [
         "# Remove the staged copies: node-local space is not this job's alone.",
-        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --ntasks={spec.nodes} "
+        f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
         f'rm -rf "${{{STAGED}}}"',
         "",
     ]

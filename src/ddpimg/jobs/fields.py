@@ -90,7 +90,23 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("nodes", int, 0, "nodes to allocate (required)", "N", minimum=1),
+    Field(
+        "nodes",
+        int,
+        0,
+        "nodes to allocate (required); MIN-MAX: Slurm may start the job, and a requeued one, on "
+        "any count in the range (sets --min-nodes)",
+        "N|MIN-MAX",
+        minimum=1,
+    ),
+    Field(
+        "min_nodes",
+        int,
+        0,
+        "the fewest nodes the job may start on (a range up to --nodes; 0: exactly --nodes)",
+        "N",
+        minimum=0,
+    ),
     Field(
         "gpus_per_node",
         int,

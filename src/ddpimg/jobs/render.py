@@ -16,7 +16,7 @@ import shlex
 import textwrap
 
 from ddpimg import exitcodes
-from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
@@ -43,6 +43,9 @@ def render_script(spec: JobSpec, profile: SiteProfile) -> str:
 def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
     ranks = counted(spec.nodes * spec.ranks_per_node, "rank")
     nodes = counted(spec.nodes, "node")
+    if spec.node_range:
+        ranks = f"{spec.min_nodes * spec.ranks_per_node}-{ranks}"
+        nodes = f"{spec.min_nodes}-{nodes}"
     if spec.gpus_requested:
         size = f"{nodes} x {counted(spec.gpus_per_node, 'GPU')} = {ranks}"
     else:
@@ -90,9 +93,19 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
             else "# One task per rank."
         )
         cpus_why = "# CPUs per rank, for its data-loading workers."
+    nodes_why = (
+        _comment(
+            f"A node range: Slurm starts the job, and a requeued one, on {spec.min_nodes} to "
+            f"{spec.nodes} nodes; the step takes the nodes it got, with the same global batch, "
+            "so a job that lost a node goes on without it."
+        )
+        if spec.node_range
+        else []
+    )
     lines = [
         f"#SBATCH --job-name={spec.job_name}",
-        f"#SBATCH --nodes={spec.nodes}",
+        *nodes_why,
+        f"#SBATCH --nodes={spec.nodes_request}",
         tasks_why,
         f"#SBATCH --ntasks-per-node={spec.ntasks_per_node}",
         *_gpu_directive(spec, profile),
@@ -115,7 +128,8 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
             f"USR2 reaches this batch shell (B:) {spec.signal_seconds} s before the time "
             "limit; the trap below passes it to the training step, which checkpoints and "
             f"exits {exitcodes.PREEMPTED}; the script then requeues the job, which resumes "
-            "from the checkpoint."
+            f"from the checkpoint. It does the same when a rank was lost (exit "
+            f"{exitcodes.RANK_LOST})."
         ),
         "#SBATCH --requeue",
         f"#SBATCH --signal=B:USR2@{spec.signal_seconds}",
@@ -137,8 +151,10 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "set -uo pipefail",
         "",
         f"MAX_RESTARTS={spec.max_restarts}",
-        "# train's exit status after it checkpointed on USR2 or TERM (ddpimg.exitcodes).",
+        "# train's exit statuses (ddpimg.exitcodes): checkpointed on USR2 or TERM; a rank lost",
+        "# (stopped, dead, failed) and the others gave up on it.",
         f"PREEMPTED={exitcodes.PREEMPTED}",
+        f"RANK_LOST={exitcodes.RANK_LOST}",
         "",
         'echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, '
         'nodes ${SLURM_JOB_NODELIST}" >&2',
@@ -177,9 +193,12 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "done",
         "",
         *cleanup_lines(spec),
-        "# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS",
-        "# times. An array task is requeued by its own id, <array job id>_<task id>.",
-        'if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then',
+        *_lost_lines(spec),
+        "# Preempted (checkpoint written) or a rank lost: requeue, so the job resumes from its",
+        "# last checkpoint, at most MAX_RESTARTS times. An array task is requeued by its own",
+        "# id, <array job id>_<task id>.",
+        'if { [ "$status" -eq "$PREEMPTED" ] || [ "$lost" -eq 1 ]; } '
+        '&& [ "$cancelled" -eq 0 ]; then',
         "    restarts=${SLURM_RESTART_COUNT:-0}",
         '    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then',
         '        job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
@@ -202,13 +221,42 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
     ]
 
 
+def _lost_lines(spec: JobSpec) -> list[str]:
+    """Whether a rank was lost: the survivors exit RANK_LOST, but srun reports the highest
+    status of its tasks, 137 when the lost rank was killed (SIGKILL: by its sentinel, the
+    out-of-memory killer); the run's manifest.json then records ``rank_lost``."""
+    command = TrainCommand(spec.command)
+    lines = [
+        "# A rank lost: the ranks that gave up on it exit RANK_LOST; srun reports 137 instead",
+        "# when the lost rank was killed (by its sentinel, the out-of-memory killer), and the",
+        "# run's manifest.json says so.",
+        "lost=0",
+        'if [ "$status" -eq "$RANK_LOST" ]; then lost=1; fi',
+    ]
+    if command.kind == TRAIN and not command.script:
+        out = command.option("--out")
+        run = RUN_DIR if out is None else shlex.quote(out)
+        lines.append(
+            f'if [ "$status" -eq 137 ] && grep -qs \'"rank_lost"\' {run}/manifest.json; then '
+            "lost=1; fi"
+        )
+    return [
+        *lines,
+        'if [ "$lost" -eq 1 ]; then',
+        '    echo "ddpimg: a rank was lost (status $status, the error above names it): the job'
+        ' goes on from its last checkpoint on the nodes Slurm gives it" >&2',
+        "fi",
+        "",
+    ]
+
+
 def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     """The runtime's preamble, comments, then the backgrounded srun command, one continuation
     line per part."""
     runtime = invocation(spec, profile)
     srun = [
         "srun",
-        f"--nodes={spec.nodes}",
+        f"--nodes={spec.step_nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
     ]

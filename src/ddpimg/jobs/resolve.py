@@ -120,6 +120,13 @@ def resolve_job(
             "the number of nodes is not given",
             hint="pass --nodes N, or nodes = N in the job file",
         )
+    if values["min_nodes"] > values["nodes"]:
+        where = _where(FIELD_BY_NAME["min_nodes"], sources["min_nodes"])
+        raise JobError(
+            f"{where}: {values['min_nodes']} is more than the {values['nodes']} nodes asked for",
+            hint=f"a range goes MIN-MAX: --nodes {values['nodes']}-{values['min_nodes']}, or "
+            f"--min-nodes {values['nodes']} at most",
+        )
     gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
     if sources.get("image") == site_layer and values["runtime"] != profile.container.runtime:
         # The site's image is a reference for its own runtime, not for the one asked for.

@@ -22,7 +22,8 @@ class JobSpec:
     ``flag``, the job file's path, ``site NAME`` or ``default``."""
 
     site: str  # profile name, or the path given to --site; passed on as `train --site`
-    nodes: int
+    nodes: int  # at most this many (exactly, without a range)
+    min_nodes: int  # with a range (ddpimg.jobs.noderange), at least this many; else 0
     gpus_per_node: int
     gpu_type: str
     gpu_request: str
@@ -66,6 +67,20 @@ class JobSpec:
             return f"{field.option} {value} (the default)"
         key = f"job.{name}" if source.startswith("site ") else name
         return f"{source}: {key} = {value!r}"
+
+    @property
+    def node_range(self) -> bool:
+        return 0 < self.min_nodes < self.nodes
+
+    @property
+    def nodes_request(self) -> str:
+        """``#SBATCH --nodes=``: ``2`` or the range ``2-3``."""
+        return f"{self.min_nodes}-{self.nodes}" if self.node_range else str(self.nodes)
+
+    @property
+    def step_nodes(self) -> str:
+        """A step's ``srun --nodes=``: the nodes the job got, which a range leaves to Slurm."""
+        return "${SLURM_JOB_NUM_NODES}" if self.node_range else str(self.nodes)
 
     @property
     def gpus_requested(self) -> bool:

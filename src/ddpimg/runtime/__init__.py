@@ -20,6 +20,8 @@ from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
 from ddpimg.runtime.rendezvous import join, open_store
+from ddpimg.runtime.stall import watch_enabled
+from ddpimg.runtime.stall.watch import NCCL_EXTRA_S
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
 
 if TYPE_CHECKING:
@@ -86,11 +88,15 @@ def initialize(
     devices_per_rank: int = 1,
     *,
     trace_dir: str | None = None,
+    stall_watch: bool = False,
 ) -> DistContext:
     """Apply the plan, check that the image's torch can drive this GPU, bind the device
     (unless one is given; the first of ``devices_per_rank`` when a rank drives several),
     join, and initialise the default process group. With NCCL, the flight recorder dumps
-    into ``trace_dir`` when a collective outlives the timeout."""
+    into ``trace_dir`` when a collective outlives the timeout. ``stall_watch``: the caller
+    runs ``ddpimg.runtime.stall``'s watch, which gives up on a stuck NCCL collective after
+    the timeout; NCCL's own watchdog, which ends the process without a word, then waits
+    ``NCCL_EXTRA_S`` longer."""
     import torch.distributed as dist
     from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public re-export
 
@@ -114,13 +120,14 @@ def initialize(
         host_of_rank=topo.host_of_rank,
     )
     stalled = functools.partial(collectives_stalled, chosen, timeout_s, topo.rank, dict(os.environ))
+    watched = stall_watch and chosen == "nccl" and watch_enabled(os.environ, topo.world_size)
     with deadline(timeout_s, stalled):
         dist.init_process_group(
             backend=chosen,
             store=PrefixStore("ddpimg/pg", store),
             rank=topo.rank,
             world_size=topo.world_size,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timedelta(seconds=timeout_s + (NCCL_EXTRA_S if watched else 0.0)),
         )
     run_info = plan.to_json() | {
         "master_addr": master,

@@ -83,3 +83,35 @@ def enable_flight_recorder(
     if prefix and env.get(BUFFER_NAMES[0], "0") != "0":
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
     return changes
+
+
+def dump_directory(env: Mapping[str, str], backend: str) -> str | None:
+    """Where NCCL's flight recorder dumps go (the directory of ``<prefix><rank>``), or None
+    when it is off or the backend is not NCCL: for the message of a stalled run."""
+    prefix = _first(env, FILE_NAMES)
+    if backend != "nccl" or not prefix or _first(env, BUFFER_NAMES) in (None, "0"):
+        return None
+    return str(Path(prefix).parent)
+
+
+def dump_now(rank: int, env: Mapping[str, str]) -> Path | None:
+    """Write this rank's flight recorder now, where NCCL's own dump on timeout would go
+    (``<prefix><rank>``): ddpimg's stall watch gives up on a collective before NCCL's
+    watchdog does, and that watchdog ends the process without Python running again. None
+    when there is no recorder to dump (off, not NCCL, or a torch without the call)."""
+    import torch
+
+    prefix = _first(env, FILE_NAMES)
+    # A private binding (torch 2.10 and 2.14 both have it): the recorder's pickled content,
+    # the same bytes NCCL's watchdog writes.
+    dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
+    if prefix is None or dump is None:
+        return None
+    try:
+        content = dump(True, True, False)
+    except RuntimeError:
+        return None
+    path = Path(f"{prefix}{rank}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path

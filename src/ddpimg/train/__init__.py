@@ -3,15 +3,20 @@ initialised torch.distributed. Importing this package does not import torch."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, RankLostError
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.runtime.stall import StallWatch
     from ddpimg.train.config import TrainConfig
+    from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.preemption import PreemptionWatch
 
 __all__ = ["run_training"]
@@ -26,9 +31,13 @@ def run_training(
     Returns 0 when the run completed, ``exitcodes.PREEMPTED`` when ``preemption`` stopped it
     after a checkpoint (manifest.json: status "preempted"). Errors propagate (a DdpimgError
     for user errors, to be reported as ``ddpimg: error:`` with ``exitcodes.for_error``) after rank 0
-    recorded the failure and its exit status in manifest.json.
+    recorded the failure and its exit status in manifest.json. With several ranks a stall
+    watch (``ddpimg.runtime.stall``) follows the run: a collective that fails under this rank
+    becomes a RankLostError naming the rank(s) it waited for.
     """
     from ddpimg import exitcodes
+    from ddpimg.plan import short_hostname
+    from ddpimg.runtime.stall import open_watch
     from ddpimg.train import startup
     from ddpimg.train.checkpoint import resolve_resume
     from ddpimg.train.loop import Trainer
@@ -45,14 +54,22 @@ def run_training(
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
     task = trainer.factory(config, ctx)
     strategy = strategy_spec.factory(config, ctx)
-    resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
-    recorder = (
-        RunRecorder.start(config, ctx, os.environ, sys.stderr, resume) if ctx.is_main else None
-    )
-    startup.mark("setup")
+    watch = open_watch(ctx, short_hostname())
+    recorder: RunRecorder | None = None
     try:
-        run = Trainer(config, ctx, task, strategy, recorder, resume=resume, preemption=preemption)
-        summary = run.run()
+        with _watching(watch):
+            resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
+            if ctx.is_main:
+                recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr, resume)
+                if watch is not None:
+                    watch.on_fatal = functools.partial(_record_failure, recorder)
+            startup.mark("setup")
+            progress = None if watch is None else watch.progress
+            run = Trainer(
+                config, ctx, task, strategy, recorder,
+                resume=resume, preemption=preemption, progress=progress,
+            )  # fmt: skip
+            summary = run.run()
     except Preempted as stop:
         if recorder is not None:
             print(
@@ -70,12 +87,41 @@ def run_training(
         return exitcodes.PREEMPTED
     except BaseException as err:
         if recorder is not None:
-            recorder.finish(*_failure(err))
+            _record_failure(recorder, err)
         raise
     if recorder is not None:
         recorder.summary(summary.to_json())
         recorder.finish("completed", 0)
     return exitcodes.OK
+
+
+@contextlib.contextmanager
+def _watching(watch: StallWatch | None) -> Iterator[None]:
+    """Run the block under ``watch`` (if any): an exception that is a collective failing
+    under this rank comes out as the RankLostError that names the rank(s) it waited for."""
+    from ddpimg.train.preemption import Preempted
+
+    if watch is None:
+        yield
+        return
+    with watch:
+        try:
+            yield
+        except Preempted:
+            raise
+        except Exception as err:
+            lost = watch.explain(err)
+            if lost is None:
+                raise
+            raise lost from err
+
+
+def _record_failure(recorder: RunRecorder, err: BaseException) -> None:
+    """Rank 0's manifest.json of a failed run; for a lost rank also who and where
+    (``rank_lost``: ranks, hosts, the verdict, the last valid checkpoint)."""
+    if isinstance(err, RankLostError):
+        recorder.manifest["rank_lost"] = err.details
+    recorder.finish(*_failure(err))
 
 
 def _failure(err: BaseException) -> tuple[str, int, str]:

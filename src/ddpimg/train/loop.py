@@ -23,6 +23,12 @@ steps, at a ``--max-steps`` stop and when the ranks agree on a preemption signal
 ``Preempted`` is raised). A resumed run starts at the checkpoint's position and loads only
 the batches from there on: the data position is (epoch, step in the epoch), from which
 every rank computes its rows directly.
+
+Progress: the loop tells ``progress`` (``ddpimg.runtime.stall``) which phase of which step
+it enters (data, forward, backward, optimizer, collective, checkpoint, eval) and which
+checkpoint is the last valid one. It is an assignment in memory; the stall watch publishes
+it from a thread of its own, so that when a rank stops, the others can say which, where
+it was and since when.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +46,16 @@ import torch
 import torch.distributed as dist
 
 from ddpimg.errors import DataError
+from ddpimg.runtime.stall.record import (
+    BACKWARD,
+    CHECKPOINT,
+    COLLECTIVE,
+    DATA,
+    EVAL,
+    FORWARD,
+    OPTIMIZER,
+)
+from ddpimg.runtime.stall.watch import RankProgress
 from ddpimg.train import startup
 from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
@@ -57,6 +73,8 @@ if TYPE_CHECKING:
     from ddpimg.train.preemption import PreemptionWatch
     from ddpimg.train.strategies.base import Strategy
     from ddpimg.train.tasks.base import Task
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,9 @@ class Summary:
 class Trainer:
     """One run: ``Trainer(...).run()`` trains ``task`` with ``strategy`` from the start or
     from ``resume``. ``recorder`` is rank 0's (None elsewhere); ``preemption`` stops the run
-    after a checkpoint (``Preempted``) once all ranks agree on a signal."""
+    after a checkpoint (``Preempted``) once all ranks agree on a signal; ``progress`` is
+    where the loop records its phase for the stall watch (a private one when none is
+    given)."""
 
     def __init__(
         self,
@@ -103,9 +123,11 @@ class Trainer:
         *,
         resume: Resume | None = None,
         preemption: PreemptionWatch | None = None,
+        progress: RankProgress | None = None,
     ) -> None:
         self.config, self.ctx, self.task, self.strategy = config, ctx, task, strategy
         self.recorder, self.preemption = recorder, preemption
+        self.progress = RankProgress() if progress is None else progress
         configure_reproducibility(config.seed, config.deterministic, ctx.device, os.environ)
         self.train_set, self.eval_set = task.datasets()
         if recorder is not None:
@@ -130,6 +152,8 @@ class Trainer:
         self.scheduler = epoch_schedule(config, strategy.optimizer)
         self.checkpoints = Checkpointer(config, ctx, strategy, self.scheduler, recorder)
         start = self.checkpoints.restore(resume)
+        if resume is not None:
+            self.progress.saved(str(resume.path), start.step)
         startup.mark("model")
 
         self._half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
@@ -170,9 +194,20 @@ class Trainer:
         order = epoch_order(len(self.train_set), self.config.seed, self.epoch)
         batches = self.train_set.batches(self.shard.plan(order, self.epoch, self.index, stop))
         with contextlib.closing(batches):
-            for inputs, targets in batches:
+            for inputs, targets in self._fetched(batches):
                 self.train_step(inputs, targets)
                 self.after_step(epoch_end=self.index == stop)
+
+    def _fetched(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """``batches``, with the wait for each one recorded as the next step's data phase."""
+        iterator = iter(batches)
+        while True:
+            self.progress.enter(DATA, self.step + 1)
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         """One optimizer step on this rank's slice of the global batch."""
@@ -185,10 +220,14 @@ class Trainer:
         first = self.step == self._first_step
         self.dropout.position = BatchPosition(self.step, self.shard.offset, self.global_batch)
         rng_before = _global_rng_state(self.ctx.device) if first else None
+        progress = self.progress
+        progress.enter(FORWARD, self.step)
         with self.autocast():
             output = self.model(inputs)
         losses = self.task.loss(output, targets)
+        progress.enter(BACKWARD, self.step)
         self.strategy.backward(losses.mean())
+        progress.enter(OPTIMIZER, self.step)
         self.strategy.step()
         self.strategy.zero_grad()
         self._local_sum = losses.detach().double().sum()
@@ -204,6 +243,7 @@ class Trainer:
         """Logging, periodic checkpoints and the preemption check after a step;
         ``epoch_end``: it was the last step this epoch trains."""
         config, recorder = self.config, self.recorder
+        self.progress.enter(COLLECTIVE, self.step)
         if self.step % config.log_every == 0:
             self._logged = (self.step, _global_mean(self._local_sum, self.global_batch))
             rate = self.clock.samples_per_s(self.step * self.global_batch)
@@ -216,6 +256,7 @@ class Trainer:
             recorder.step(self.step, self.epoch)
         if self.checkpoints.due(self.step):
             self.save("interval")
+            self.progress.enter(COLLECTIVE, self.step)
         preemption = self.preemption
         if preemption is not None and preemption.agreed(self.step, self.ctx.device, epoch_end):
             raise Preempted(preemption.received or "a signal", self.step, self.save("preempted"))
@@ -248,6 +289,8 @@ class Trainer:
         """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;
         the samples evaluated are counted too, and must be the set, each sample once."""
         self.model.eval()
+        progress = self.progress
+        progress.enter(EVAL, self.step)
         ctx = self.ctx
         size = len(self.eval_set)
         shard = EvalShard(size, self.task.eval_batch_size, ctx.rank, ctx.world_size)
@@ -260,6 +303,8 @@ class Trainer:
                 totals[0] += self.task.loss(output, targets).double().sum()
                 totals[1] += self.task.correct(output, targets)
                 totals[2] += len(targets)
+                progress.touch()
+        progress.enter(COLLECTIVE, self.step)
         dist.all_reduce(totals)
         loss_sum, correct, counted = totals.tolist()
         if counted != size:
@@ -268,12 +313,15 @@ class Trainer:
 
     def save(self, reason: str) -> Path:
         """Checkpoint the current position (collective)."""
+        self.progress.enter(CHECKPOINT, self.step)
         with self.clock.excluded():
             state = LoopState(
                 self.step, self.epoch, self.index, self.epoch_done, self.last_loss(),
                 self.eval_loss, self.eval_accuracy, self.clock.elapsed(), self.clock.excluded_s,
             )  # fmt: skip
-            return self.checkpoints.save(state, reason)
+            path = self.checkpoints.save(state, reason)
+        self.progress.saved(str(path), self.step)
+        return path
 
     def last_loss(self) -> float:
         """The global mean loss of the latest step: an all-reduce unless it was logged."""
@@ -284,6 +332,7 @@ class Trainer:
 
     def summary(self) -> Summary:
         """The run's totals (collective: the last loss and the skipped samples are reduced)."""
+        self.progress.enter(COLLECTIVE, self.step)
         final_loss = self.last_loss()
         skipped = torch.tensor(
             self.train_set.skipped() + self.eval_set.skipped(), device=self.ctx.device
@@ -340,11 +389,13 @@ def train(
     *,
     resume: Resume | None = None,
     preemption: PreemptionWatch | None = None,
+    progress: RankProgress | None = None,
 ) -> Summary:
     """Train ``task`` with ``strategy`` (see ``Trainer``); the run's summary."""
     return Trainer(
-        config, ctx, task, strategy, recorder, resume=resume, preemption=preemption
-    ).run()
+        config, ctx, task, strategy, recorder, resume=resume, preemption=preemption,
+        progress=progress,
+    ).run()  # fmt: skip
 
 
 class _Clock:

@@ -18,7 +18,7 @@
 #SBATCH --open-mode=append
 # USR2 reaches this batch shell (B:) 300 s before the time limit; the trap below passes it
 # to the training step, which checkpoints and exits 75; the script then requeues the job,
-# which resumes from the checkpoint.
+# which resumes from the checkpoint. It does the same when a rank was lost (exit 5).
 #SBATCH --requeue
 #SBATCH --signal=B:USR2@300
 
@@ -27,8 +27,10 @@
 set -uo pipefail
 
 MAX_RESTARTS=3
-# train's exit status after it checkpointed on USR2 or TERM (ddpimg.exitcodes).
+# train's exit statuses (ddpimg.exitcodes): checkpointed on USR2 or TERM; a rank lost
+# (stopped, dead, failed) and the others gave up on it.
 PREEMPTED=75
+RANK_LOST=5
 
 echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SLURM_JOB_NODELIST}" >&2
 
@@ -73,9 +75,20 @@ while :; do
     fi
 done
 
-# Preempted (checkpoint written): requeue, so the job resumes, at most MAX_RESTARTS
-# times. An array task is requeued by its own id, <array job id>_<task id>.
-if [ "$status" -eq "$PREEMPTED" ] && [ "$cancelled" -eq 0 ]; then
+# A rank lost: the ranks that gave up on it exit RANK_LOST; srun reports 137 instead
+# when the lost rank was killed (by its sentinel, the out-of-memory killer), and the
+# run's manifest.json says so.
+lost=0
+if [ "$status" -eq "$RANK_LOST" ]; then lost=1; fi
+if [ "$status" -eq 137 ] && grep -qs '"rank_lost"' "runs/${SLURM_JOB_ID}"/manifest.json; then lost=1; fi
+if [ "$lost" -eq 1 ]; then
+    echo "ddpimg: a rank was lost (status $status, the error above names it): the job goes on from its last checkpoint on the nodes Slurm gives it" >&2
+fi
+
+# Preempted (checkpoint written) or a rank lost: requeue, so the job resumes from its
+# last checkpoint, at most MAX_RESTARTS times. An array task is requeued by its own
+# id, <array job id>_<task id>.
+if { [ "$status" -eq "$PREEMPTED" ] || [ "$lost" -eq 1 ]; } && [ "$cancelled" -eq 0 ]; then
     restarts=${SLURM_RESTART_COUNT:-0}
     if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
         job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"

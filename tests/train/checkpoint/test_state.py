@@ -59,20 +59,31 @@ def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -
         ({"seed": 8}, 2, 64, True, r"--seed: 7 in the checkpoint, 8 now"),
         ({"strategy": "deepspeed"}, 2, 64, True, r"--strategy: 'ddp' in the checkpoint"),
         ({}, 2, 128, True, r"the global batch \(--batch-size x world size, or "),
-        ({}, 4, 64, False, r"the world size \(this strategy cannot reshard its checkpoints\): 2"),
+        (
+            {"strategy": "deepspeed"},
+            4,
+            64,
+            False,
+            r"the world size \(deepspeed checkpoints are partitioned by rank and load only at "
+            r"the world size that wrote them: no resharding\): 2 in the checkpoint, 4 now",
+        ),
     ],
 )
 def test_a_different_configuration_is_named(
     changes: dict[str, Any], world: int, global_batch: int, reshards: bool, message: str
 ) -> None:
-    saved = fingerprint(BASE, 2, 64, reshards)
+    saved = fingerprint(replace(BASE, **changes) if not reshards else BASE, 2, 64, reshards)
     current = fingerprint(replace(BASE, **changes), world, global_batch, reshards)
     with pytest.raises(
         DdpimgError, match=r"checkpoint ck belongs to another configuration; "
     ) as err:
         check_fingerprint(saved, current, Path("ck"))
     assert err.match(message)
-    assert err.match(r"hint: resume with the checkpoint's options, start over with --resume none")
+    if reshards:
+        assert err.match(r"hint: resume with the checkpoint's options, start over with --resume")
+    else:
+        assert err.match(r"hint: resume on 2 ranks, as many as wrote it, or start over with ")
+        assert err.match(r"DDP and FSDP checkpoints continue on any number of ranks")
 
 
 def test_keys_known_to_one_side_only_are_not_compared() -> None:

@@ -149,30 +149,43 @@ def fingerprint(
     return values
 
 
-def _describe(key: str) -> str:
+def _describe(key: str, saved: dict[str, Any]) -> str:
     if key == "trainer":
         return "the trainer"
     if key == "global_batch":
         return "the global batch (--batch-size x world size, or --global-batch-size)"
     if key == "world_size":
-        return "the world size (this strategy cannot reshard its checkpoints)"
+        return (
+            f"the world size ({saved.get('strategy', 'this strategy')} checkpoints are "
+            "partitioned by rank and load only at the world size that wrote them: no resharding)"
+        )
     return "--" + key.replace("_", "-")
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
     """Raise a DdpimgError naming every option that differs between the checkpoint's run
     and this one (options known to only one of them are not compared)."""
+    differing = [key for key in sorted(saved.keys() & current.keys()) if saved[key] != current[key]]
+    if not differing:
+        return
     differences = [
-        f"{_describe(key)}: {saved[key]!r} in the checkpoint, {current[key]!r} now"
-        for key in sorted(saved.keys() & current.keys())
-        if saved[key] != current[key]
+        f"{_describe(key, saved)}: {saved[key]!r} in the checkpoint, {current[key]!r} now"
+        for key in differing
     ]
-    if differences:
-        raise DdpimgError(
-            f"checkpoint {path} belongs to another configuration; " + "; ".join(differences),
-            hint="resume with the checkpoint's options, start over with --resume none "
-            "(removes the checkpoints of --out), or use another --out",
+    hint = (
+        "resume with the checkpoint's options, start over with --resume none (removes the "
+        "checkpoints of --out), or use another --out"
+    )
+    if "world_size" in differing:
+        hint = (
+            f"resume on {saved['world_size']} ranks, as many as wrote it, or start over with "
+            "--resume none; DDP and FSDP checkpoints continue on any number of ranks with the "
+            "same --global-batch-size"
         )
+    raise DdpimgError(
+        f"checkpoint {path} belongs to another configuration; " + "; ".join(differences),
+        hint=hint,
+    )
 
 
 def capture_rng() -> dict[str, Any]:

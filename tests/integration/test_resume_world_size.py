@@ -1,0 +1,76 @@
+"""A run checkpointed on two ranks continues on one, as a job that lost a node does: for
+every trainer and every strategy that reshards (DDP, FSDP), the losses after the resume
+are those of one process that never stopped. (DeepSpeed cannot reshard: resuming its
+checkpoint at another world size is an error that says so, tests/train/checkpoint.)
+
+All cells run in two spawned processes (a 2-rank gloo group, then a 1-rank one), each
+training every cell in turn: two interpreter starts for the lot instead of three per cell.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddpimg.cli import build_parser
+from ddpimg.cli.train_options import train_config
+from ddpimg.runtime.context import DistContext
+from ddpimg.train import run_training
+from tests.integration.runs import assert_close, read_metrics
+from tests.integration.test_trainers import COMMON, TRAINERS
+from tests.train.ranks import run_ranks
+
+STRATEGIES = ("ddp", "fsdp")
+CELLS = [(trainer, strategy) for trainer in TRAINERS for strategy in STRATEGIES]
+BEFORE, AFTER = 3, 6  # steps on two ranks, then on one
+# resnet from scratch is chaotic (README): over these few steps, with its small default
+# learning rate at this batch, it stays within the same tolerance as the others.
+REL = 1e-4
+
+
+def _config_argv(trainer: str, strategy: str, out: Path, steps: int) -> list[str]:
+    return ["train", trainer, *TRAINERS[trainer], *COMMON, "--strategy", strategy,
+            "--max-steps", str(steps), "--out", str(out)]  # fmt: skip
+
+
+def _train_all(rank: int, world_size: int, root: str, straight: bool) -> None:
+    """Every cell on this rank: to step BEFORE with two ranks; with one, on to step AFTER
+    (resuming, and, with ``straight``, also from scratch beside it)."""
+    ctx = DistContext(
+        rank=rank, world_size=world_size, local_rank=rank, local_world_size=world_size,
+        node_rank=0, num_nodes=1, device=torch.device("cpu"), backend="gloo",
+        timeout_s=120.0, run_info={"source": "test"},
+    )  # fmt: skip
+    parser = build_parser("train")
+    steps = BEFORE if world_size == 2 else AFTER
+    for trainer, strategy in CELLS:
+        outs = [Path(root, f"{trainer}-{strategy}")]
+        if straight:
+            outs.append(Path(root, f"{trainer}-{strategy}-straight"))
+        for out in outs:
+            config = train_config(parser.parse_args(_config_argv(trainer, strategy, out, steps)))
+            assert run_training(config, ctx) == 0
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("world-size")
+    run_ranks(functools.partial(_train_all, world_size=2, root=str(root), straight=False), 2)
+    run_ranks(functools.partial(_train_all, world_size=1, root=str(root), straight=True), 1)
+    return root
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(("trainer", "strategy"), CELLS, ids=[f"{t}-{s}" for t, s in CELLS])
+def test_two_ranks_then_one_follow_one_process(runs: Path, trainer: str, strategy: str) -> None:
+    resumed, straight = runs / f"{trainer}-{strategy}", runs / f"{trainer}-{strategy}-straight"
+    lines = [m for m in read_metrics(resumed) if m["kind"] == "train"]
+    assert [m["step"] for m in lines] == list(range(1, AFTER + 1))
+    summary = next(m for m in read_metrics(resumed) if m["kind"] == "summary")
+    assert summary["world_size"] == 1
+    expected = [m["loss"] for m in read_metrics(straight) if m["kind"] == "train"]
+    what = f"{trainer} {strategy}: 2 ranks to step {BEFORE}, then 1, vs 1 process"
+    assert_close([m["loss"] for m in lines], expected, REL, what)

@@ -1,0 +1,309 @@
+"""The watch against a real TCPStore: two ranks' watches in this process (no sentinel), one
+of them made silent, failing or stuck; the store's server stopped; the backstop in a
+process of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public re-export
+
+from ddpimg import exitcodes
+from ddpimg.runtime.stall import record as phases
+from ddpimg.runtime.stall.watch import (
+    Board,
+    StallLimits,
+    StallWatch,
+    StoreUnanswered,
+    bounded,
+    is_collective_failure,
+    short_cause,
+)
+from tests.train.ranks import free_port
+
+GLOO_TIMEOUT = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed "
+    "out waiting 2000ms for recv operation to complete"
+)
+# A heartbeat of 0.5 s, silent after 2 s.
+LIMITS = StallLimits.for_timeout(2.0, "gloo")
+
+
+def _watch(port: int, rank: int) -> StallWatch:
+    client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    board = Board(client, 2, f"127.0.0.1:{port}", LIMITS.store_s)
+    return StallWatch(board, rank=rank, host=f"host{rank}", limits=LIMITS, sentinel=False)
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    """A TCPStore server, as rank 0 hosts it, on a free port."""
+    chosen = free_port()
+    server = TCPStore("127.0.0.1", chosen, is_master=True, wait_for_workers=False)
+    yield chosen
+    del server
+
+
+@pytest.fixture
+def two(port: int) -> Iterator[tuple[StallWatch, StallWatch]]:
+    watches = (_watch(port, 0), _watch(port, 1))
+    for watch in watches:
+        watch.start()
+    yield watches
+    for watch in watches:
+        watch.stop()
+
+
+def _silent(port: int, rank: int, *path: str) -> StallWatch:
+    """A rank that reported once, at ``path``'s last phase, and then no more (its process
+    stopped): its watch is never started."""
+    watch = _watch(port, rank)
+    _at(watch, 3, *path)
+    watch.board.register()
+    watch.board.publish_bounded(watch.record())
+    return watch
+
+
+def _at(watch: StallWatch, step: int, *path: str) -> None:
+    for phase in path:
+        watch.progress.enter(phase, step)
+
+
+def test_a_heartbeat_taken_before_the_end_does_not_replace_the_final_record(port: int) -> None:
+    """The publisher thread may hold a "running" record while the loop ends: published
+    after the final one, it would make a rank that finished look silent later."""
+    watch = _watch(port, 1)
+    _at(watch, 3, phases.FORWARD)
+    heartbeat = watch.record()
+    watch.start()
+    watch.stop()
+    watch.board.publish(heartbeat, watch.running)
+    final = watch.board.read_all()[1]
+    assert final is not None
+    assert (final.state, final.step) == ("done", 3)
+
+
+def test_limits_follow_the_timeout() -> None:
+    assert StallLimits.for_timeout(600, "gloo") == StallLimits(600, 2.0, 6.0, 5.0, 20.0, 620)
+    assert StallLimits.for_timeout(20, "gloo") == StallLimits(20, 1.0, 3.0, 5.0, 15.0, 35)
+    assert StallLimits.for_timeout(10, "gloo") == StallLimits(10, 0.5, 2.0, 2.5, 8.0, 18)
+    # the bound the README states: every process gone within --timeout + 20 s
+    assert all(StallLimits.for_timeout(t, "gloo").grace_s <= 20 for t in (1, 10, 60, 3600))
+    # NCCL: the watch gives up at the timeout, before NCCL's silent watchdog
+    assert StallLimits.for_timeout(600, "nccl").backstop_s == 600
+
+
+def test_a_silent_rank_is_named_by_the_other(port: int) -> None:
+    victim = _silent(port, 1, phases.DATA, phases.FORWARD)
+    with _watch(port, 0) as waiter:
+        _at(waiter, 3, phases.DATA, phases.FORWARD, phases.BACKWARD)
+        waiter.progress.saved("/nonexistent", 2)  # not published: not named
+        time.sleep(LIMITS.stale_after_s + 0.5)
+        began = time.monotonic()
+        lost = waiter.explain(RuntimeError(GLOO_TIMEOUT))
+        assert time.monotonic() - began < 1  # already stale: no wait
+    assert lost is not None
+    assert lost.message.startswith(
+        "rank 0 (host0) gave up at step 3 (gloo: Timed out waiting 2000ms for recv operation "
+        f"to complete): rank 1 (host host1, pid {victim.record().pid}) stopped reporting "
+    )
+    assert "s ago (last report: step 3, phase forward); no checkpoint" in lost.message
+    assert lost.details["ranks"] == [1]
+    assert lost.details["hosts"] == ["host1"]
+    assert exitcodes.for_error(lost) == exitcodes.RANK_LOST
+
+
+def test_a_rank_that_failed_on_its_own_is_named_with_its_error(
+    two: tuple[StallWatch, StallWatch],
+) -> None:
+    waiter, failing = two
+    _at(failing, 5, phases.DATA, phases.FORWARD)
+    _at(waiter, 5, phases.DATA, phases.FORWARD, phases.BACKWARD)
+    assert failing.explain(ValueError("bad batch shape")) is None  # its own error: raised as is
+    lost = waiter.explain(RuntimeError(GLOO_TIMEOUT.replace("Timed out", "Connection closed")))
+    assert lost is not None
+    assert "rank 1 (host host1, pid " in lost.message
+    assert ") failed at step 5 in phase forward: ValueError: bad batch shape" in lost.message
+    assert "own error is in its log (on host1)" in (lost.hint or "")
+
+
+def test_a_rank_stuck_behind_while_reporting_is_named(
+    two: tuple[StallWatch, StallWatch],
+) -> None:
+    waiter, stuck = two
+    _at(stuck, 8, phases.DATA)
+    _at(waiter, 8, phases.DATA, phases.FORWARD, phases.BACKWARD)
+    began = time.monotonic()
+    lost = waiter.explain(RuntimeError(GLOO_TIMEOUT))
+    assert lost is not None
+    # nobody silent: it waited for reports to go stale before settling for "behind"
+    assert time.monotonic() - began >= LIMITS.stale_after_s
+    assert "rank 1 (host host1, pid " in lost.message
+    assert "still reports, but is stuck at step 8 in phase data for" in lost.message
+
+
+def test_both_survivors_name_the_same_rank(two: tuple[StallWatch, StallWatch]) -> None:
+    """The first to judge posts the verdict; the second reads it instead of judging."""
+    first, second = two
+    _at(first, 2, phases.DATA, phases.FORWARD)
+    _at(second, 2, phases.DATA)
+    verdict_first = first.explain(RuntimeError(GLOO_TIMEOUT))
+    verdict_second = second.explain(RuntimeError(GLOO_TIMEOUT))
+    assert verdict_first is not None
+    assert verdict_second is not None
+    assert verdict_first.details == verdict_second.details
+    assert verdict_first.details["ranks"] == [1]
+
+
+@pytest.mark.parametrize(
+    ("err", "collective"),
+    [
+        (RuntimeError(GLOO_TIMEOUT), True),
+        (RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"), True),
+        # what Gloo said between two namespace nodes when a peer was stopped
+        (RuntimeError("Application timeout caused pair closure"), True),
+        (RuntimeError("CUDA out of memory"), False),
+        (ValueError("gloo/transport"), False),
+    ],
+)
+def test_collective_failures_are_told_from_own_errors(err: BaseException, collective: bool) -> None:
+    assert is_collective_failure(err) is collective
+
+
+def test_a_dist_error_is_a_collective_failure() -> None:
+    import torch.distributed as dist
+
+    assert is_collective_failure(dist.DistBackendError("NCCL communicator was aborted"))
+
+
+def test_short_cause_drops_the_source_location() -> None:
+    assert short_cause(RuntimeError(GLOO_TIMEOUT)) == (
+        "gloo: Timed out waiting 2000ms for recv operation to complete"
+    )
+    assert short_cause(RuntimeError("")) == "RuntimeError"
+
+
+def test_bounded_gives_up_on_a_call_that_does_not_return() -> None:
+    with pytest.raises(StoreUnanswered):
+        bounded(lambda: time.sleep(5), 0.2)
+    with pytest.raises(KeyError):
+        bounded(lambda: {}["x"], 1)
+    assert bounded(lambda: 7, 1) == 7
+
+
+STORE_SERVER = """
+import sys, time
+from torch.distributed import TCPStore
+server = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False)
+print("up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_stopped_store_is_named_within_the_bound() -> None:
+    """Rank 0's process (which serves the store) is stopped: the others still answer."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline() == "up\n"
+        watch = _watch(port, 1)
+        watch.start()
+        os.kill(server.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        lost = watch.explain(RuntimeError(GLOO_TIMEOUT))
+        took = time.monotonic() - began
+        watch.stop()
+    finally:
+        server.kill()
+        server.wait()
+    assert lost is not None
+    assert took < LIMITS.store_s + 1  # one operation goes unanswered, the rest give up at once
+    assert f"the rendezvous store at 127.0.0.1:{port} did not answer within 2.5 s" in lost.message
+
+
+BACKSTOP = """
+import sys, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
+from ddpimg.runtime.stall import record
+port = int(sys.argv[1])
+server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+board = Board(server, 1, f"127.0.0.1:{port}", 5.0)
+limits = StallLimits(1.0, 0.2, 2.0, 5.0, 0.5, 1.5)
+watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False,
+                   on_fatal=lambda err: print("recorded", err.details["ranks"], flush=True))
+watch.start()
+if sys.argv[2] != "setup":
+    watch.progress.enter(sys.argv[2], 12)
+time.sleep(float(sys.argv[3]))
+watch.stop()
+print("finished", flush=True)
+"""
+
+
+def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
+    began = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.DATA, "60"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == exitcodes.RANK_LOST, proc.stderr
+    assert time.monotonic() - began < 30  # not the 60 s sleep
+    assert proc.stderr.count("ddpimg: error:") == 1
+    assert proc.stderr.startswith(
+        "ddpimg: error: rank 0 (here) gave up at step 12 (no progress for 2 s in phase data "
+        "(--timeout 1)): every rank still reports"
+    )
+    assert proc.stdout == "recorded []\n"
+
+
+def test_the_backstop_leaves_setup_alone() -> None:
+    """Every rank may spend long in setup at once (decoding a data set); its collectives
+    time out by themselves."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.SETUP, "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "finished\n"
+
+
+def test_an_unknown_runtime_error_counts_as_collective_when_a_peer_is_already_silent(
+    port: int,
+) -> None:
+    _silent(port, 1, phases.DATA, phases.FORWARD)
+    with _watch(port, 0) as waiter:
+        time.sleep(LIMITS.stale_after_s + 0.5)
+        lost = waiter.explain(RuntimeError("some words no marker knows"))
+    assert lost is not None
+    assert "rank 1 (host host1, pid " in lost.message
+    assert "(some words no marker knows)" in lost.message
+
+
+def test_an_unknown_runtime_error_with_everyone_reporting_is_this_ranks_own(
+    two: tuple[StallWatch, StallWatch],
+) -> None:
+    own, other = two
+    _at(own, 4, phases.DATA, phases.FORWARD)
+    _at(other, 4, phases.DATA, phases.FORWARD, phases.BACKWARD)
+    assert own.explain(RuntimeError("CUDA out of memory")) is None
+    lost = other.explain(RuntimeError(GLOO_TIMEOUT))
+    assert lost is not None
+    assert "failed at step 4 in phase forward: RuntimeError: CUDA out of memory" in lost.message
