@@ -103,9 +103,9 @@ class Store:
         self.env = configure(self.root)
         _check_space(image, self.root)
         # The image is saved to a file before anything else runs, not piped into the load
-        # while the other tests start containers: docker's overlay2 without native diff reads
-        # the layers through a mount that a concurrent container's clean-up can take away
-        # ("open .../merged/...: no such file or directory", seen here and on CI).
+        # while the other tests start and remove containers: piped, docker save failed here
+        # once ("open .../overlay2/.../merged/...: no such file or directory"; overlay2
+        # without native diff reads the layers through a mount).
         archive = self.root / "image.tar"
         saved = subprocess.run(
             ["docker", "save", "--output", str(archive), image],
