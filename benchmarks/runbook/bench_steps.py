@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 from parts import gpu
@@ -107,6 +108,32 @@ def bench_resnet(ctx: Context) -> Outcome:
     return Outcome(status, measured, record=record)
 
 
+def _data_vs_synthetic(
+    ctx: Context,
+    common: list[str],
+    data: Path,
+    *,
+    synthetic_samples: int,
+    rate: str,
+    size: dict[str, Any],
+    epochs: int = 1,
+) -> tuple[float, float]:
+    """The summary's ``rate`` of one run on ``data`` and one on synthetic data of
+    ``synthetic_samples`` samples, the rest of the command line the same."""
+    rates = []
+    for source in (["--data", str(data)], ["--data", "synthetic", "--train-samples",
+                                          str(synthetic_samples)]):  # fmt: skip
+        run = run_train(
+            [*common, *source],
+            steps=size["steps"],
+            warmup=size["warmup"],
+            epochs=epochs,
+            deadline=ctx.deadline.ends,
+        )
+        rates.append(float(run.summary[rate]))
+    return rates[0], rates[1]
+
+
 def bench_resnet_files(ctx: Context) -> Outcome:
     """The same ResNet run on synthetic images and on a generated JPEG tree (the streamed
     pipeline: DataLoader workers decoding and augmenting, uint8 to the GPU)."""
@@ -125,17 +152,10 @@ def bench_resnet_files(ctx: Context) -> Outcome:
         "resnet", "--arch", size["arch"], "--image-size", str(size["image_size"]),
         "--batch-size", str(size["batch"]), "--precision", precision,
     ]  # fmt: skip
-    rates = {}
-    for data in ("synthetic", str(tree)):
-        extra = ["--train-samples", str(samples)] if data == "synthetic" else []
-        run = run_train(
-            [*common, "--data", data, *extra],
-            steps=size["steps"],
-            warmup=size["warmup"],
-            epochs=epochs,
-            deadline=ctx.deadline.ends,
-        )
-        rates["files" if data != "synthetic" else "synthetic"] = float(run.summary["images_per_s"])
+    files, synthetic = _data_vs_synthetic(
+        ctx, common, tree, synthetic_samples=samples, rate="images_per_s", size=size, epochs=epochs
+    )
+    rates = {"files": files, "synthetic": synthetic}
     ratio = rates["files"] / rates["synthetic"]
     measured = (
         f"{size['arch']} {size['image_size']} px {precision}, batch {size['batch']}, "
@@ -173,18 +193,15 @@ def bench_gpt_shards(ctx: Context) -> Outcome:
     precision = "fp32" if ctx.dry_run else "bf16"
     common = ["gpt", "--size", size["size"], "--precision", precision, "--batch-size",
               str(size["batch"]), "--eval-samples", "16"]  # fmt: skip
-    rates = {}
-    for name, data in (("synthetic", "synthetic"), ("shards", str(shards))):
-        extra = (
-            ["--train-samples", str(size["batch"] * size["steps"])] if name == "synthetic" else []
-        )
-        run = run_train(
-            [*common, "--data", data, *extra],
-            steps=size["steps"],
-            warmup=size["warmup"],
-            deadline=ctx.deadline.ends,
-        )
-        rates[name] = float(run.summary["tokens_per_s"])
+    from_shards, synthetic = _data_vs_synthetic(
+        ctx,
+        common,
+        shards,
+        synthetic_samples=size["batch"] * size["steps"],
+        rate="tokens_per_s",
+        size=size,
+    )
+    rates = {"shards": from_shards, "synthetic": synthetic}
     ratio = rates["shards"] / rates["synthetic"]
     measured = (
         f"GPT-{size['size']} {precision}, batch {size['batch']}, {tokens:,} tokens of llm.c "
