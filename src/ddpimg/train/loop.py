@@ -61,6 +61,7 @@ from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.preemption import Preempted
+from ddpimg.train.profiling import StepProfiler
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
 from ddpimg.train.tasks import epoch_schedule
@@ -128,6 +129,12 @@ class Trainer:
         self.config, self.ctx, self.task, self.strategy = config, ctx, task, strategy
         self.recorder, self.preemption = recorder, preemption
         self.progress = RankProgress() if progress is None else progress
+        self.profiler: StepProfiler | None = None
+        if config.profile_steps is not None:
+            self.profiler = StepProfiler(
+                config.profile_steps, config.out, ctx.rank, ctx.device, config.memory_snapshot
+            )
+            self.progress = self.profiler.progress(self.progress)
         configure_reproducibility(config.seed, config.deterministic, ctx.device, os.environ)
         self.train_set, self.eval_set = task.datasets()
         if recorder is not None:
@@ -177,15 +184,18 @@ class Trainer:
         """Train to ``--epochs`` / ``--max-steps``; the summary of the whole run."""
         if self.recorder is not None:
             self.recorder.begin(self.total_steps)
-        while not (self.epoch_done and self.step >= self.total_steps):
-            if self.epoch_done:
-                self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
-            stop = min(self.shard.steps_per_epoch, self.index + self.total_steps - self.step)
-            self.train_epoch(stop)
-            if self.index < self.shard.steps_per_epoch:
-                self.stop_inside_epoch()
-                break
-            self.end_epoch()
+        with contextlib.ExitStack() as stack:
+            if self.profiler is not None:
+                stack.callback(self.profiler.close)
+            while not (self.epoch_done and self.step >= self.total_steps):
+                if self.epoch_done:
+                    self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
+                stop = min(self.shard.steps_per_epoch, self.index + self.total_steps - self.step)
+                self.train_epoch(stop)
+                if self.index < self.shard.steps_per_epoch:
+                    self.stop_inside_epoch()
+                    break
+                self.end_epoch()
         return self.summary()
 
     def train_epoch(self, stop: int) -> None:
@@ -250,8 +260,9 @@ class Trainer:
             if recorder is not None:
                 extra = self.task.throughput(rate, self.ctx.world_size)
                 recorder.train(
-                    self.epoch, self.step, self._logged[1], rate, self.clock.elapsed(), extra=extra
-                )
+                    self.epoch, self.step, self._logged[1], rate, self.clock.elapsed(),
+                    lr=float(self.scheduler.get_last_lr()[0]), extra=extra,
+                )  # fmt: skip
         if recorder is not None:
             recorder.step(self.step, self.epoch)
         if self.checkpoints.due(self.step):
@@ -282,8 +293,9 @@ class Trainer:
         self.eval_loss, self.eval_accuracy = self.evaluate()
         if self.recorder is not None:
             self.recorder.eval(
-                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set)
-            )
+                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set),
+                step=self.step,
+            )  # fmt: skip
 
     def evaluate(self) -> tuple[float, float]:
         """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;
