@@ -31,11 +31,11 @@ def test_writes_metrics_and_manifest(
     assert [(r["kind"], r.get("step", r.get("steps"))) for r in lines] == [
         ("train", 2),
         ("train", 4),
-        ("eval", None),
+        ("eval", 5),
         ("summary", 5),
     ]
     train = lines[0]
-    assert set(train) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}
+    assert set(train) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s", "lr"}
     assert train["epoch"] == 1
     assert 0 < train["loss"] < 10
     assert train["samples_per_s"] > 0

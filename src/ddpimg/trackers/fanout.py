@@ -39,13 +39,15 @@ class _Finish:
 class Trackers:
     """Feeds every record to ``trackers`` from a daemon thread; warnings go to ``stream``."""
 
-    def __init__(self, trackers: Sequence[Tracker], stream: TextIO) -> None:
+    def __init__(
+        self, trackers: Sequence[Tracker], stream: TextIO, capacity: int = QUEUE_RECORDS
+    ) -> None:
         self.trackers = list(trackers)
         self.stream = stream
         self.failed: dict[str, str] = {}  # tracker name -> why it stopped
         self._step = 0
         self._dropped = 0
-        self._queue: queue.Queue[Mapping[str, Any] | _Finish] = queue.Queue(QUEUE_RECORDS)
+        self._queue: queue.Queue[Mapping[str, Any] | _Finish] = queue.Queue(capacity)
         self._thread = threading.Thread(target=self._feed, name="ddpimg-trackers", daemon=True)
         self._thread.start()
 

@@ -55,8 +55,8 @@ def parse_log_to(text: str, source: str = "--log-to") -> tuple[str, ...]:
     """The trackers a comma-separated list names, in its order, each once; ``""`` and
     ``none`` name none. An unknown name is a DdpimgError naming ``source`` (the flag or
     the variable the text came from) and the value."""
-    names = [name.strip().lower() for name in text.split(",")]
-    if [name for name in names if name] in ([], [NONE]):
+    names = [name for name in (part.strip().lower() for part in text.split(",")) if name]
+    if names in ([], [NONE]):
         return ()
     chosen: list[str] = []
     for name in names:

@@ -61,7 +61,7 @@ from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.preemption import Preempted
-from ddpimg.train.profiling import StepProfiler
+from ddpimg.train.profiling import StepProfiler, profile_window
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
 from ddpimg.train.tasks import epoch_schedule
@@ -129,12 +129,6 @@ class Trainer:
         self.config, self.ctx, self.task, self.strategy = config, ctx, task, strategy
         self.recorder, self.preemption = recorder, preemption
         self.progress = RankProgress() if progress is None else progress
-        self.profiler: StepProfiler | None = None
-        if config.profile_steps is not None:
-            self.profiler = StepProfiler(
-                config.profile_steps, config.out, ctx.rank, ctx.device, config.memory_snapshot
-            )
-            self.progress = self.profiler.progress(self.progress)
         configure_reproducibility(config.seed, config.deterministic, ctx.device, os.environ)
         self.train_set, self.eval_set = task.datasets()
         if recorder is not None:
@@ -153,6 +147,7 @@ class Trainer:
         self.total_steps = config.epochs * self.shard.steps_per_epoch
         if config.max_steps:
             self.total_steps = min(self.total_steps, config.max_steps)
+        self.profiler = self._profiler()
 
         self.dropout = DropoutContext(config.seed)
         self.model = strategy.wrap(task.build_model(self.dropout), task.make_optimizer)
@@ -175,6 +170,28 @@ class Trainer:
         self._local_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
         # A resumed run that trains no further step reports the checkpoint's last loss.
         self._logged: tuple[int, float] | None = (self.step, start.last_loss) if self.step else None
+
+    def _profiler(self) -> StepProfiler | None:
+        """``--profile``'s profiler over the steps this run trains; the loop's progress
+        then also marks its phases in the trace."""
+        config = self.config
+        if config.profile_steps is None:
+            return None
+        window = profile_window(config.profile_steps, self.total_steps)
+        if window is None:
+            if self.recorder is not None:
+                first, last = config.profile_steps
+                print(
+                    f"ddpimg: warning: --profile {first}-{last}: the run trains "
+                    f"{self.total_steps} steps; nothing is profiled",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return None
+        ctx = self.ctx
+        profiler = StepProfiler(window, config.out, ctx.rank, ctx.device, config.memory_snapshot)
+        self.progress = profiler.progress(self.progress)
+        return profiler
 
     @property
     def global_batch(self) -> int:

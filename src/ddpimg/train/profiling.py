@@ -53,6 +53,14 @@ def parse_profile_steps(text: str) -> tuple[int, int]:
     return first, last
 
 
+def profile_window(steps: tuple[int, int], total_steps: int) -> tuple[int, int] | None:
+    """The steps of ``--profile`` that a run of ``total_steps`` trains (a window past its
+    end is cut there: the loop's last request for data, which ends the run, is no step);
+    None when it trains none of them."""
+    first, last = steps
+    return None if first > total_steps else (first, min(last, total_steps))
+
+
 def rank_directory(out: Path, rank: int) -> Path:
     return out / PROFILE_DIR / f"rank_{rank}"
 
