@@ -95,3 +95,17 @@ def test_a_malformed_trace_is_named(tmp_path: Path, content: str, message: str) 
     trace.write_text(content)
     with pytest.raises(DdpimgError, match=f"profiler trace {trace}: {message}"):
         read_breakdowns(tmp_path)
+
+
+@pytest.mark.gpu
+def test_memory_snapshot_on_cuda(tmp_path: Path) -> None:
+    """The allocator's history over the profiled steps, dumped as torch writes it (a
+    pickle for pytorch.org/memory_viz; not loaded here: a pickle is code)."""
+    profiler = StepProfiler((2, 3), tmp_path, 0, torch.device("cuda"), memory=True)
+    progress = profiler.progress(RankProgress())
+    for step in range(1, 5):
+        progress.enter(DATA, step)
+        torch.randn(1024, 1024, device="cuda").square().sum().item()
+    profiler.close()
+    snapshot = rank_directory(tmp_path, 0) / "memory_snapshot.pickle"
+    assert snapshot.read_bytes()[:1] == b"\x80"  # pickle's protocol marker
