@@ -18,7 +18,9 @@ from typing import Any, Protocol, TextIO
 from ddpimg.trackers.records import scalars
 
 QUEUE_RECORDS = 10_000
-FINISH_TIMEOUT_S = 120.0
+# How long the end of a run waits for the trackers: a preempted job has the seconds between
+# its signal and the batch system's kill, and the checkpoint has taken some of them.
+FINISH_TIMEOUT_S = 30.0
 
 
 class Tracker(Protocol):
