@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 
-from ddpimg.trackers.records import MAX_PARAMETER_CHARS, Scalars, parameters, scalars
+from ddpimg.trackers.records import MAX_PARAMETER_CHARS, Scalars, description, parameters, scalars
 
 
 def test_train_record_becomes_named_scalars_at_its_step() -> None:
@@ -29,7 +29,7 @@ def test_parameters_flatten_the_manifest_without_its_end() -> None:
         "distributed": {"world_size": 2},
         "arguments": {"preempt_signals": ["USR2", "TERM"], "out": "x" * 7000},
     }
-    params = parameters(manifest)
+    params = parameters(description(manifest))
     assert params == {
         "seed": "7",
         "versions.torch": "2.14.1",

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from ddpimg.errors import DdpimgError
 from ddpimg.trackers.fanout import Tracker, Trackers
-from ddpimg.trackers.records import parameters
+from ddpimg.trackers.records import description
 from ddpimg.trackers.settings import (
     LOG_TO_VARIABLE,
     MLFLOW,
@@ -52,8 +52,10 @@ __all__ = [
     "parse_log_to",
 ]
 
+# (settings, the run's description, the run it continues (None: a new one), the step the
+# run resumes from) -> the tracker, its run open.
 Opener = Callable[
-    [TrackerSettings, Mapping[str, str], Mapping[str, Any] | None, int | None], Tracker
+    [TrackerSettings, Mapping[str, Any], Mapping[str, Any] | None, int | None], Tracker
 ]
 # What a failure to open each tracker most likely means.
 _OPEN_HINTS = {
@@ -106,14 +108,14 @@ def open_trackers(
 ) -> Trackers:
     """Open a run in each of ``log_to`` for the run writing into ``out`` (rank 0 only).
 
-    ``manifest`` gives the runs their parameters (and, with ``resumed``, the step resumed
+    ``manifest`` gives the runs their config / parameters (and, with ``resumed``, the step resumed
     from: its ``resumed_from.step``); ``resumed``: the run continues from one of ``out``'s
     checkpoints, so each tracker continues the run ``out/trackers.json`` names. A tracker
     that cannot be opened is a DdpimgError naming it (the ones opened before are closed).
     """
     stream = sys.stderr if stream is None else stream
     settings = check_trackers(log_to, out, env, options or TrackerOptions())
-    params = parameters(manifest)
+    described = description(manifest)
     previous = read_state(out) if resumed else None
     resume_step = _resume_step(manifest) if resumed else None
     opened: list[Tracker] = []
@@ -122,7 +124,7 @@ def open_trackers(
         try:
             tracker = _opener(name)(
                 settings,
-                params,
+                described,
                 None if previous is None else previous.get(name, {}),
                 resume_step,
             )
@@ -134,7 +136,7 @@ def open_trackers(
                 hint=_OPEN_HINTS[name],
             ) from err
         opened.append(tracker)
-        state[name] = dict(getattr(tracker, "state", {}))
+        state[name] = dict(tracker.state)
     if opened:
         write_state(out, state)
         print(

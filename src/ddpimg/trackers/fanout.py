@@ -28,6 +28,11 @@ class Tracker(Protocol):
 
     name: str
 
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """What a resumed run needs to continue this run (``--out/trackers.json``)."""
+        ...
+
     def log(self, values: Mapping[str, float], step: int) -> None: ...
 
     def finish(self, status: str, exit_status: int) -> None: ...

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.run_files import MANIFEST
+from ddpimg.trackers.records import parameters
 from ddpimg.trackers.settings import MLFLOW, TrackerSettings
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class MlflowTracker:
     def open(
         cls,
         settings: TrackerSettings,
-        params: Mapping[str, str],
+        described: Mapping[str, Any],
         previous: Mapping[str, Any] | None,
         resume_step: int | None,
     ) -> MlflowTracker:
@@ -92,7 +93,8 @@ class MlflowTracker:
             run_id = run.info.run_id
         else:
             client.update_run(run_id, status="RUNNING")
-        log_params(client, run_id, ((mlflow_key(k), v) for k, v in params.items()))
+        params = parameters(described).items()
+        log_params(client, run_id, ((mlflow_key(key), value) for key, value in params))
         return cls(client, run_id, settings.out, uri)
 
     @property

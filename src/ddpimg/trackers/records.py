@@ -54,8 +54,13 @@ def _flat(prefix: str, value: Any) -> Iterator[tuple[str, str]]:
         yield prefix, text[:MAX_PARAMETER_CHARS]
 
 
-def parameters(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """The manifest's description of the run (versions, topology, arguments, seed, ...) as
-    dotted names and text values: ``versions.torch``, ``distributed.world_size``."""
-    kept = {key: value for key, value in manifest.items() if key not in _NOT_PARAMETERS}
-    return dict(_flat("", kept))
+def description(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's description of the run (versions, topology, arguments, seed, ...):
+    what W&B takes as the run's config, nested as it is."""
+    return {key: value for key, value in manifest.items() if key not in _NOT_PARAMETERS}
+
+
+def parameters(described: Mapping[str, Any]) -> dict[str, str]:
+    """A ``description`` as dotted names and text values (``versions.torch``,
+    ``distributed.world_size``): MLflow's parameters, TensorBoard's config table."""
+    return dict(_flat("", described))

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ddpimg.trackers.records import parameters
 from ddpimg.trackers.settings import TENSORBOARD, TENSORBOARD_DIR, TrackerSettings
 
 EVENT_FILES = "events.out.tfevents.*"
@@ -39,12 +40,13 @@ class TensorBoardTracker:
     def open(
         cls,
         settings: TrackerSettings,
-        params: Mapping[str, str],
+        described: Mapping[str, Any],
         previous: Mapping[str, Any] | None,
         resume_step: int | None,
     ) -> TensorBoardTracker:
         tracker = cls(settings, previous is not None, resume_step)
         if previous is None:
+            params = parameters(described)
             table = "\n".join(f"| {key} | {value} |" for key, value in params.items())
             tracker.writer.add_text("config", f"| parameter | value |\n|---|---|\n{table}", 0)
         return tracker

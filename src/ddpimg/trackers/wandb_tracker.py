@@ -27,7 +27,7 @@ class WandbTracker:
     def open(
         cls,
         settings: TrackerSettings,
-        params: Mapping[str, str],
+        described: Mapping[str, Any],
         previous: Mapping[str, Any] | None,
         resume_step: int | None,
     ) -> WandbTracker:
@@ -44,7 +44,7 @@ class WandbTracker:
             mode=settings.wandb_mode,  # type: ignore[arg-type]
             id=str(run_id) if run_id else generate_id(),
             resume="allow",
-            config=dict(params),
+            config=dict(described),
             settings=wandb.Settings(
                 # ddpimg's own progress lines stay on stderr, uncaptured and unwrapped.
                 console="off",
