@@ -82,3 +82,11 @@ def test_a_stuck_tracker_never_blocks_the_loop_and_bounds_finish() -> None:
     assert text.count("fall behind: records are dropped") == 1
     # Either the queue was still full or the tracker did not return: both are bounded.
     assert re.search(r"the trackers did not (take the end of the run|finish) within 0 s", text)
+
+
+def test_no_tracker_no_thread() -> None:
+    trackers = Trackers([], io.StringIO())
+    trackers.record({"kind": "train", "step": 1, "loss": 1.0})
+    trackers.finish("completed", 0)
+    assert not trackers._thread.is_alive()
+    assert trackers._queue.empty()

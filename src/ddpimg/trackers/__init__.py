@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError
 from ddpimg.trackers.fanout import Tracker, Trackers
 from ddpimg.trackers.records import description
@@ -108,10 +109,11 @@ def open_trackers(
 ) -> Trackers:
     """Open a run in each of ``log_to`` for the run writing into ``out`` (rank 0 only).
 
-    ``manifest`` gives the runs their config / parameters (and, with ``resumed``, the step resumed
-    from: its ``resumed_from.step``); ``resumed``: the run continues from one of ``out``'s
-    checkpoints, so each tracker continues the run ``out/trackers.json`` names. A tracker
-    that cannot be opened is a DdpimgError naming it (the ones opened before are closed).
+    ``manifest`` gives the runs their config / parameters (and, with ``resumed``, the step
+    resumed from: its ``resumed_from.step``); ``resumed``: the run continues from one of
+    ``out``'s checkpoints, so each tracker continues the run ``out/trackers.json`` names. A
+    tracker that cannot be opened is a DdpimgError naming it (the ones opened before are
+    closed). With no tracker in ``log_to`` the result does nothing.
     """
     stream = sys.stderr if stream is None else stream
     settings = check_trackers(log_to, out, env, options or TrackerOptions())
@@ -130,7 +132,7 @@ def open_trackers(
             )
         except Exception as err:
             for done in opened:
-                done.finish("failed", 2)
+                done.finish("failed", exitcodes.USAGE)
             raise DdpimgError(
                 f"--log-to {name}: cannot open a run ({type(err).__name__}: {err})",
                 hint=_OPEN_HINTS[name],

@@ -56,7 +56,8 @@ class Trackers:
         self._dropped = 0
         self._queue: queue.Queue[Mapping[str, Any] | _Finish] = queue.Queue(capacity)
         self._thread = threading.Thread(target=self._feed, name="ddpimg-trackers", daemon=True)
-        self._thread.start()
+        if self.trackers:
+            self._thread.start()
 
     @property
     def names(self) -> list[str]:
@@ -64,6 +65,8 @@ class Trackers:
 
     def record(self, record: Mapping[str, Any]) -> None:
         """Hand a metrics.jsonl record on; returns at once."""
+        if not self.trackers:
+            return
         try:
             self._queue.put_nowait(dict(record))
         except queue.Full:
@@ -77,6 +80,8 @@ class Trackers:
     def finish(self, status: str, exit_status: int, timeout_s: float = FINISH_TIMEOUT_S) -> None:
         """End every tracker's run with the run's ``status`` (manifest.json's) after the
         records queued so far; waits at most ``timeout_s``."""
+        if not self.trackers:
+            return
         try:
             self._queue.put(_Finish(status, exit_status), timeout=timeout_s)
         except queue.Full:
