@@ -13,6 +13,7 @@ import pytest
 
 from ddpimg import exitcodes
 from ddpimg.trackers.mlflow_sync import SOURCE_TAG
+from ddpimg.trackers.state import read_state
 from ddpimg.trackers.wandb_sync import is_synced, offline_runs
 from tests.integration.runs import QUICK_TRAIN, command, read_metrics, run
 from tests.trackers.offline import OFFLINE_ENV
@@ -53,10 +54,8 @@ def test_mlflow_runs_are_copied_into_a_loopback_server_once(
     assert "created, " in text
 
     client = MlflowClient(server)
-    (copied,) = client.search_runs(
-        [client.get_experiment_by_name("ddpimg").experiment_id],
-        filter_string=f"tags.`{SOURCE_TAG}` != ''",
-    )
+    (copied,) = client.search_runs([client.get_experiment_by_name("ddpimg").experiment_id])
+    assert copied.data.tags[SOURCE_TAG] == read_state(out)["mlflow"]["run_id"]
     losses = [(m["step"], m["loss"]) for m in read_metrics(out) if m["kind"] == "train"]
 
     def server_losses() -> list[tuple[int, float]]:

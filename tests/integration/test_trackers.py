@@ -143,7 +143,7 @@ def test_an_mlflow_server_gone_mid_run_costs_one_warning(
         link = Forwarder(int(uri.rsplit(":", 1)[1]))
         cmd = [
             command("train"), "--nproc-per-node", "2", *QUICK_TRAIN, "--max-steps", str(steps),
-            "--log-to", "mlflow", "--out", str(out),
+            "--epochs", "2", "--log-to", "mlflow", "--out", str(out),
         ]  # fmt: skip
         proc = subprocess.Popen(
             cmd,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ddpimg.trackers.mlflow_sync import open_store
 from ddpimg.trackers.state import read_state
 
 
@@ -50,11 +51,10 @@ def wandb_history(run_directory: Path, env: Mapping[str, str]) -> list[dict[str,
 
 
 def mlflow_run(out: Path) -> tuple[Any, str]:
-    """MLflow's client for the store trackers.json names, and the run id."""
-    from mlflow import MlflowClient
-
+    """MLflow's client for the store trackers.json names (a file store opened as ddpimg
+    opens it), and the run id."""
     entry = read_state(out)["mlflow"]
-    return MlflowClient(tracking_uri=entry["tracking_uri"]), entry["run_id"]
+    return open_store(entry["tracking_uri"]), entry["run_id"]
 
 
 def mlflow_series(client: Any, run_id: str, key: str) -> list[tuple[int, float]]:
