@@ -34,6 +34,7 @@ def mlflow_server(root: Path, env: dict[str, str]) -> Iterator[str]:
     """A real MLflow tracking server on 127.0.0.1 (SQLite store, artifacts under ``root``);
     yields its URI."""
     port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
     log = (root / "server.log").open("w")
     server = [
         sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
