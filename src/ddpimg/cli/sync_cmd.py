@@ -66,7 +66,7 @@ def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
     )
     if not pending:
         return True
-    status = upload(pending, env)
+    status = upload(run, pending, env)
     if status != 0 or not all(is_synced(directory) for directory in pending):
         report(
             f"W&B: wandb sync of {', '.join(str(d) for d in pending)} failed "

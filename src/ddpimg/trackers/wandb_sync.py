@@ -30,12 +30,18 @@ def is_synced(run_directory: Path) -> bool:
 
 def wandb_sync_command(directories: list[Path]) -> list[str]:
     """W&B's command line that uploads ``directories`` (W&B's CLI, run by this Python)."""
-    return [sys.executable, "-m", "wandb", "sync", *(str(path) for path in directories)]
+    return [sys.executable, "-m", "wandb", "sync", *(str(path.resolve()) for path in directories)]
 
 
-def upload(directories: list[Path], env: Mapping[str, str]) -> int:
-    """Run W&B's sync on ``directories``; its exit status. Its own output (a line per run)
-    is the progress display."""
+def upload(run: Path, directories: list[Path], env: Mapping[str, str]) -> int:
+    """Run W&B's sync on ``directories`` of ``run``; its exit status. Its own output (a line
+    per run) is the progress display. It runs in ``run``, so that its log
+    (``wandb/logs/debug-sync.*.log``) lands beside the runs, not where ddpimg sync was
+    started."""
     return subprocess.run(
-        wandb_sync_command(directories), env=dict(env), stdin=subprocess.DEVNULL, check=False
+        wandb_sync_command(directories),
+        env=dict(env),
+        cwd=run,
+        stdin=subprocess.DEVNULL,
+        check=False,
     ).returncode
