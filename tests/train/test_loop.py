@@ -75,9 +75,9 @@ def test_max_steps_spans_epochs_and_evaluates_the_last(
     assert [(line["kind"], line["epoch"], line.get("step")) for line in lines] == [
         ("train", 1, 2),
         ("train", 1, 4),
-        ("eval", 1, None),
+        ("eval", 1, 4),
         ("train", 2, 6),
-        ("eval", 2, None),
+        ("eval", 2, 6),
     ]
     assert (summary.steps, summary.epochs) == (6, 2)
     assert summary.final_loss == losses(lines)[-1]
@@ -166,4 +166,4 @@ def test_steady_throughput_leaves_out_the_warmup_steps(
     assert (summary.steady_samples_per_s is not None) == counted
     assert summary.to_json()["steady_samples_per_s"] == summary.steady_samples_per_s
     # MNIST has no rates of its own: the train lines keep their fields.
-    assert set(lines[0]) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}
+    assert set(lines[0]) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s", "lr"}

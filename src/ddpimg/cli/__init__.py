@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export`` and ``train`` (==
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync`` and ``train`` (==
 ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": (
         "write a train gpt checkpoint as a Hugging Face GPT-2 model directory",
         "export_cmd",
+    ),
+    "sync": (
+        "upload the W&B and MLflow runs train --log-to wrote offline (on a login node)",
+        "sync_cmd",
     ),
 }
 

@@ -86,7 +86,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     from ddpimg.train import run_training
 
     startup.mark("imports")
-    config = train_config(args)
+    config = train_config(args, plan.child_environment(os.environ))
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -52,6 +52,12 @@ def run_training(
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
+    if config.memory_snapshot and ctx.device.type != "cuda":
+        raise DdpimgError(
+            f"--memory-snapshot records the CUDA caching allocator, and this run is on "
+            f"{ctx.device.type}",
+            hint="drop --memory-snapshot on the CPU; --profile alone traces CPU runs",
+        )
     task = trainer.factory(config, ctx)
     strategy = strategy_spec.factory(config, ctx)
     watch = open_watch(ctx, short_hostname())

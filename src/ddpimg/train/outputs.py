@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +27,7 @@ from ddpimg.train.progress import Progress
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.trackers import Trackers
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
 
@@ -94,10 +95,17 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object a line, flushed line by line. ``keep_lines``
     (a resumed run) keeps that many lines of the existing file, the ones written up to
-    the checkpoint, and appends after them; otherwise the file starts empty."""
+    the checkpoint, and appends after them; otherwise the file starts empty. ``sink``
+    (the trackers) gets every record once it is in the file."""
 
-    def __init__(self, path: Path, keep_lines: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        keep_lines: int | None = None,
+        sink: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         self.path = path
+        self.sink = sink
         self.lines = 0
         if keep_lines:
             kept = _first_lines(path, keep_lines)
@@ -109,6 +117,8 @@ class MetricsWriter:
         self._stream.write(json.dumps(record) + "\n")
         self._stream.flush()
         self.lines += 1
+        if self.sink is not None:
+            self.sink(record)
 
     def sync(self) -> int:
         """Make the lines written so far durable; returns how many there are."""
@@ -121,7 +131,8 @@ class MetricsWriter:
 
 
 class RunRecorder:
-    """Rank 0's outputs for one run: metrics, manifest and progress."""
+    """Rank 0's outputs for one run: metrics, manifest and progress; ``trackers`` (see
+    ``ddpimg.trackers.open_trackers``) get every metrics record and the run's end."""
 
     def __init__(
         self,
@@ -129,11 +140,14 @@ class RunRecorder:
         manifest: dict[str, Any],
         progress: Progress,
         keep_metrics_lines: int | None = None,
+        trackers: Trackers | None = None,
     ) -> None:
         self.out = out
         self.manifest = manifest
         self.progress = progress
-        self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines)
+        self.trackers = trackers
+        sink = None if trackers is None else trackers.record
+        self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines, sink)
         write_json_atomic(out / MANIFEST, manifest)
 
     @classmethod
@@ -165,10 +179,12 @@ class RunRecorder:
             "versions": collect_versions(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
+        resumed = resume is not None and resume.in_out
         keep = resume.record.metrics_lines if resume is not None and resume.in_out else None
         try:
             config.out.mkdir(parents=True, exist_ok=True)
-            return cls(config.out, manifest, Progress(stream), keep)
+            trackers = _open_trackers(config, manifest, env, resumed, stream)
+            return cls(config.out, manifest, Progress(stream), keep, trackers)
         except OSError as err:
             raise DdpimgError(
                 f"--out {config.out}: cannot write there ({err.strerror}: {err.filename})",
@@ -189,27 +205,33 @@ class RunRecorder:
         samples_per_s: float,
         elapsed_s: float,
         *,
+        lr: float | None = None,
         extra: Mapping[str, float | None] | None = None,
     ) -> None:
-        """A train line; ``extra`` adds the task's own rates (tokens/s, ...)."""
-        self.metrics.write(
-            {
-                "kind": "train",
-                "epoch": epoch,
-                "step": step,
-                "loss": loss,
-                "samples_per_s": samples_per_s,
-                "elapsed_s": elapsed_s,
-                **(extra or {}),
-            }
-        )
+        """A train line; ``lr``: the learning rate of the step; ``extra`` adds the task's own
+        rates (tokens/s, ...)."""
+        record: dict[str, Any] = {
+            "kind": "train",
+            "epoch": epoch,
+            "step": step,
+            "loss": loss,
+            "samples_per_s": samples_per_s,
+            "elapsed_s": elapsed_s,
+        }
+        if lr is not None:
+            record["lr"] = lr
+        self.metrics.write(record | dict(extra or {}))
         self.progress.train(step, epoch, loss, samples_per_s)
 
-    def eval(self, epoch: int, loss: float, accuracy: float, *, samples: int) -> None:
-        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples."""
-        self.metrics.write(
-            {"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy, "samples": samples}
-        )
+    def eval(
+        self, epoch: int, loss: float, accuracy: float, *, samples: int, step: int | None = None
+    ) -> None:
+        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples, after
+        ``step`` optimizer steps."""
+        record: dict[str, Any] = {"kind": "eval", "epoch": epoch}
+        if step is not None:
+            record["step"] = step
+        self.metrics.write(record | {"loss": loss, "accuracy": accuracy, "samples": samples})
         self.progress.eval(epoch, loss, accuracy)
 
     def startup(self, report: Mapping[str, Any]) -> None:
@@ -232,3 +254,25 @@ class RunRecorder:
         if error is not None:
             self.manifest["error"] = error
         write_json_atomic(self.out / MANIFEST, self.manifest)
+        if self.trackers is not None:
+            self.trackers.finish(status, exit_status)
+
+
+def _open_trackers(
+    config: TrainConfig,
+    manifest: dict[str, Any],
+    env: Mapping[str, str],
+    resumed: bool,
+    stream: TextIO,
+) -> Trackers | None:
+    """Rank 0's trackers for ``--log-to`` (None without any); the manifest records their
+    settings."""
+    if not config.log_to:
+        return None
+    from ddpimg.trackers import check_trackers, open_trackers
+
+    options = config.tracker_options()
+    manifest["trackers"] = check_trackers(config.log_to, config.out, env, options).to_json()
+    return open_trackers(
+        config.log_to, config.out, manifest, env, resumed, options=options, stream=stream
+    )
