@@ -85,3 +85,19 @@ def test_a_continued_run_keeps_the_lines_and_rewinds_to_its_checkpoint(tmp_path:
         ("train", 1), ("train", 2), ("train", 3),
     ]  # fmt: skip
     assert _lines(out)[-1]["loss"] == 30.0
+
+
+def test_a_step_logged_again_replaces_the_lines_from_it_on(tmp_path: Path) -> None:
+    """A plain script resumes from its own checkpoint, which ddpimg does not know: when it
+    logs step 3 again, the old lines from step 3 on go."""
+    out = tmp_path / "run"
+    first = _start(out)
+    for step in (1, 2, 3, 4):
+        first.write({"kind": "train", "step": step, "loss": float(step)})
+    first.finish("preempted", 75)
+    second = _start(out, previous_run(out))
+    second.write({"kind": "train", "step": 3, "loss": 33.0})
+    second.write({"kind": "train", "step": 4, "loss": 44.0})
+    assert [(line["step"], line["loss"]) for line in _lines(out)] == [
+        (1, 1.0), (2, 2.0), (3, 33.0), (4, 44.0),
+    ]  # fmt: skip

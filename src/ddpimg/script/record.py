@@ -73,13 +73,24 @@ def _complete_lines(path: Path, keep: Any) -> list[str]:
     return kept
 
 
+def _last_train_step(lines: Sequence[str]) -> int:
+    """The step of the newest train line among ``lines`` (complete JSON lines); 0: none."""
+    last = 0
+    for line in lines:
+        record = json.loads(line)
+        if record.get("kind") == "train" and isinstance(record.get("step"), int):
+            last = max(last, record["step"])
+    return last
+
+
 class ScriptRecord:
     """The record of one script run (rank 0 only)."""
 
-    def __init__(self, recorder: RunRecorder) -> None:
+    def __init__(self, recorder: RunRecorder, last_step: int = 0) -> None:
         self._recorder = recorder
         self.manifest = recorder.manifest
         self.out = recorder.out
+        self._last_step = last_step  # of the newest train line
 
     @classmethod
     def start(
@@ -114,7 +125,7 @@ class ScriptRecord:
             "continues": None,
         }
         metrics = out / METRICS
-        keep = None
+        keep, kept = None, []
         if previous is not None and continues(previous):
             manifest["continues"] = {
                 "status": previous.get("status"),
@@ -133,10 +144,17 @@ class ScriptRecord:
                 f"--out {out}: cannot write there ({err.strerror}: {err.filename})",
                 hint="choose a writable directory with --out",
             ) from err
-        return cls(recorder)
+        return cls(recorder, _last_train_step(kept))
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """One metrics line."""
+        """One metrics line. A train line of a step already written (a continued run that
+        resumed from an earlier checkpoint than ddpimg knew of: a plain script's own) first
+        drops the lines from that step on: metrics.jsonl stays one trajectory."""
+        step = record.get("step")
+        if record.get("kind") == "train" and isinstance(step, int):
+            if step <= self._last_step:
+                self.rewind(step - 1)
+            self._last_step = step
         self._recorder.metrics.write(record)
 
     def rewind(self, step: int) -> None:
@@ -149,6 +167,7 @@ class ScriptRecord:
         )
         write_text_atomic(path, "".join(kept))
         self._recorder.metrics = MetricsWriter(path, keep_lines=len(kept) or None)
+        self._last_step = _last_train_step(kept)
 
     def update(self, **entries: Any) -> None:
         """Add or replace manifest entries and write the manifest again."""

@@ -186,9 +186,15 @@ class ScriptRuntime:
             self.steps = step
             self.progress.saved(path, step)
         if self.record is not None:
+            entries: dict[str, Any] = {
+                "resumed_from": {"framework": framework, "path": path, "step": step}
+            }
             if step is not None:
                 self.record.rewind(step)
-            self.record.update(resumed_from={"framework": framework, "path": path, "step": step})
+                # The newest checkpoint known until the run writes one: a later run that
+                # continues this one learns its step here.
+                entries["last_checkpoint"] = {"path": path, "step": step, "utc": utc_now()}
+            self.record.update(**entries)
 
     def _recorded_step(self, path: str) -> int | None:
         if self.record is None:

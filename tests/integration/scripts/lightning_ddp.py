@@ -8,7 +8,7 @@ usage: lightning_ddp.py OUT_DIR DEVICES NUM_NODES [--max-steps N] [--step-sleep 
 With --requeue-signal, Lightning's SLURM auto-requeue is asked to listen to that signal (its
 default is SIGUSR1). Each rank's report also holds the training loss of every step
 (``losses``, by global step, this rank's own batch). ``--marker-step N``: rank 0 creates
-OUT_DIR/step-N once N steps are done (tests signal after it).
+OUT_DIR/step-K once K steps are done, for every K >= N (tests signal after one).
 """
 
 import argparse
@@ -43,8 +43,8 @@ class Regression(L.LightningModule):
         self.losses: dict[int, float] = {}
 
     def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
-        if self.global_step == args.marker_step and self.global_rank == 0:
-            open(os.path.join(args.out, f"step-{args.marker_step}"), "w").close()
+        if self.global_step >= args.marker_step and self.global_rank == 0:
+            open(os.path.join(args.out, f"step-{self.global_step}"), "w").close()
         time.sleep(args.step_sleep)
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)

@@ -7,7 +7,7 @@ checkpoint and resume (a file in the run directory; the loop starts after its st
 Every step's batch comes from a generator seeded by the step, so a resumed run sees the
 same data as one never stopped. Each rank writes ``OUT/rank<N>.json``: the loss of every
 step, averaged over the ranks (the global batch's), and a checksum of its weights.
-``--marker-step N``: rank 0 creates ``OUT/step-N`` after step N.
+``--marker-step N``: rank 0 creates ``OUT/step-K`` after step K, for every K >= N.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ for step in range(start + 1, args.steps + 1):
     dist.all_reduce(mean)
     losses[step] = float(mean) / world
     ddpimg.log(step, loss=losses[step])
-    if step == args.marker_step and rank == 0:
+    if args.marker_step and step >= args.marker_step and rank == 0:
         open(os.path.join(args.out, f"step-{step}"), "w").close()
     time.sleep(args.step_sleep)
     if ddpimg.preemption_requested():  # ddpimg

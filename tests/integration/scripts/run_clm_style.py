@@ -14,8 +14,9 @@ benchmark), written for these tests: the same steps and the same APIs, nothing o
 
 For the tests, each rank also writes ``OUT/rank<N>.json``: the losses the Trainer logged
 (``log_history``), its world as the Trainer saw it, and a checksum of its weights.
-``--stop_marker_step N`` makes rank 0 create ``OUT/step-N`` once N optimizer steps are done
-(the tests wait for it before they signal), and ``--step_sleep S`` slows each step.
+``--stop_marker_step N`` makes rank 0 create ``OUT/step-K`` once K optimizer steps are done,
+for every K >= N (the tests wait for one before they signal), and ``--step_sleep S`` slows
+each step.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ class TestHooks(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.data.step_sleep:
             time.sleep(self.data.step_sleep)
-        marker = self.data.stop_marker_step
-        if marker and state.global_step == marker and state.is_world_process_zero:
-            open(os.path.join(self.output_dir, f"step-{marker}"), "w").close()
+        marker, step = self.data.stop_marker_step, state.global_step
+        if marker and step >= marker and state.is_world_process_zero:
+            open(os.path.join(self.output_dir, f"step-{step}"), "w").close()
 
 
 def main() -> None:

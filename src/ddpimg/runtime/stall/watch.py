@@ -205,7 +205,7 @@ class RankProgress:
         """The newest checkpoint that exists. Rank 0 publishes a checkpoint (renames it to
         its final name) after the others have returned from the save, so the newest may
         be missing when rank 0 stopped in between: then it is the one before."""
-        return next((item for item in self._checkpoints if os.path.isdir(item[0])), None)
+        return next((item for item in self._checkpoints if os.path.exists(item[0])), None)
 
     def enter(self, phase: str, step: int) -> None:
         self.position = (self.position[0] + 1, step, phase, time.monotonic())
