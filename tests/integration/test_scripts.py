@@ -8,9 +8,10 @@ PyTorch loop; each of the three under ``--nproc-per-node 2``, ``srun -n 2`` and
    loop its own), every rank exits with status 75 and manifest.json says ``preempted``;
 2. the same command continues from that checkpoint (its metrics.jsonl the uninterrupted
    run's, step for step) until rank 1 is stopped (SIGSTOP): rank 0 names it (host, pid,
-   last step and phase, how long ago) and exits with status 5, the stopped rank's sentinel
-   kills it, manifest.json records ``rank_lost``, although the scripts' own process groups
-   wait 30 minutes (transformers' ``ddp_timeout``) or more;
+   last step and phase, how long ago) and exits with status 5, manifest.json records
+   ``rank_lost``, and the stopped rank is ended (by its sentinel; mpirun ends it itself),
+   although the scripts' own process groups wait 30 minutes (transformers' ``ddp_timeout``)
+   or more;
 3. under torch's launcher, once more: the run continues from the newest checkpoint and
    completes with the losses of every step and the final weights of a run never stopped.
 
@@ -165,7 +166,7 @@ def check_preempted(name: str, out: Path, output: Path, code: int, stderr: str) 
 
 def check_named(stderr: str, victim_pid: int) -> None:
     """Rank 0's one error names rank 1: host, pid, how long ago (its own count, about the
-    timeout), its last step and phase; the sentinel's report says it waited its limit."""
+    timeout), its last step and phase."""
     errors = re.findall(r"ddpimg: error: rank 0 \(.*", stderr)
     assert len(errors) == 1, stderr[-4000:]
     pattern = (
@@ -180,6 +181,21 @@ def check_named(stderr: str, victim_pid: int) -> None:
     assert int(stuck) >= TIMEOUT_S
     assert TIMEOUT_S - 1 <= int(ago) <= TIMEOUT_S + LIMITS.grace_s, errors[0]
     assert phase in ("train", "optimizer")
+
+
+def check_ended(launcher: str, code: int, stderr: str, victim_pid: int) -> None:
+    """How each launcher ends the step. torch's agent and srun leave the stopped rank to its
+    sentinel, which kills it once it has not run for its limit; torch's agent then returns
+    the survivor's 5, srun the highest status, the killed task's 137 (README: the job
+    script requeues on both). mpirun ends the stopped rank itself (SIGCONT, SIGTERM) as soon
+    as rank 0 has exited, and returns rank 0's 5."""
+    expected = {"torchrun": exitcodes.RANK_LOST, "srun": 128 + signal.SIGKILL}
+    assert code == expected.get(launcher, exitcodes.RANK_LOST), stderr[-4000:]
+    if launcher == "mpirun":
+        assert re.search(r"Process name: \S+,0\]\n\s+Exit code:\s+5\n", stderr), stderr[-3000:]
+        return
+    if launcher == "srun":
+        assert "task 0: Exited with exit code 5" in stderr, stderr[-3000:]
     sentinel = re.search(
         rf"ddpimg: rank 1 on {HOST} \(pid {victim_pid}\) has not run for (\d+) s .*its "
         "sentinel kills it with SIGKILL",
@@ -223,9 +239,9 @@ def test_preempted_then_continued_then_a_stopped_rank_is_named(
     stopped_at = time.monotonic()
     code, stderr = finish(proc, limit_s=STALL_GUARD_S)
     print(f"stall to the last process's exit: {time.monotonic() - stopped_at:.1f} s")
-    assert code == exitcodes.RANK_LOST, stderr[-4000:]
     assert not alive(victim)
     check_named(stderr, victim)
+    check_ended(launcher, code, stderr, victim)
     record = manifest(out)
     assert (record["status"], record["exit_status"]) == ("failed", exitcodes.RANK_LOST)
     assert record["rank_lost"]["ranks"] == [1]
