@@ -4,7 +4,9 @@ before the time limit (``--signal=B:USR2@...``), reaches the step, the Trainer w
 checkpoint, both ranks exit 75, the job script requeues the job once, and the requeued job
 resumes from that checkpoint and completes with the losses of a run never stopped (the same
 script under ``train --nproc-per-node 2`` on this machine: the same global batch and
-reduction order; measured equal to the last bit)."""
+reduction order). Measured: every logged loss equal to the last bit, the sums of the final
+weights 7.7e-9 apart (relative; Gloo over the namespaces' network against loopback); the
+weights are compared within a relative 1e-6."""
 
 from __future__ import annotations
 
@@ -63,5 +65,7 @@ def test_a_preempted_hf_trainer_job_requeues_itself_once_and_finishes(
     assert max(losses) == STEPS
     assert all(losses[step] == wanted[step] for step in losses), (losses, wanted)
     for rank in (0, 1):
-        assert script.checksum(output, rank) == script.checksum(reference, rank)
+        assert script.checksum(output, rank) == pytest.approx(
+            script.checksum(reference, rank), rel=1e-6
+        )
     assert job_info(job_id, cluster_env)["Restarts"] == "1"
