@@ -48,6 +48,29 @@ def _world() -> tuple[int, int, int]:
     return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", "1"))
 
 
+def _share_cpus(options: ScriptOptions, local_world_size: int) -> str:
+    """``OMP_NUM_THREADS``, unless the user set it: this rank's CPU share
+    (``ddpimg.runtime.cpus``), as a bundled trainer's rank gets. torch starts one thread per
+    CPU of the machine in every process, so N ranks on a node would run N times as many
+    threads as there are cores (torchrun sets 1 for that reason). Set before anything
+    imports torch, which reads it once. Returns the value the script runs with."""
+    from ddpimg.runtime.device import cpu_threads
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return os.environ["OMP_NUM_THREADS"]
+    affinity = len(os.sched_getaffinity(0))
+    # Workers of --nproc-per-node share their Slurm task; ranks started by srun each are one.
+    slurm_tasks = (
+        options.run_info.get("source") == "slurm" and "TORCHELASTIC_RUN_ID" not in os.environ
+    )
+    threads = cpu_threads(
+        affinity, os.cpu_count() or affinity, local_world_size, os.environ, slurm_tasks
+    )
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    return os.environ.get("OMP_NUM_THREADS", "")
+
+
 def _publish_master(options: ScriptOptions) -> None:
     """Under mpirun without a host list: rank 0's address, learned over MPI in this process
     (the script's process is the MPI rank; an MPI_Init in ``train`` would have claimed it)."""
@@ -179,6 +202,7 @@ class Boot:
         runtime.preemption.__enter__()  # the handlers stay until the script has ended
         activate(runtime)
         self.runtime = runtime
+        threads = _share_cpus(options, self.local_world_size)
         if options.master_via_mpi and not os.environ.get("MASTER_ADDR"):
             _publish_master(options)
         if self.world_size > 1:
@@ -189,6 +213,7 @@ class Boot:
                 "world_size": self.world_size,
                 "local_world_size": self.local_world_size,
                 "num_nodes": options.run_info.get("num_nodes"),
+                "omp_num_threads": threads,
             }
             runtime.record = _record(options, path, args, previous, world)
         watch = _watch(options, self.rank, self.world_size)
