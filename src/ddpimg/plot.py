@@ -40,14 +40,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Run:
     """What the plot takes from one ``train --out`` directory. ``train``: (epoch as a
-    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy);
+    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy: NaN when none);
     ``samples_per_s``: None for a run without a summary line; ``breakdown``: the
     profiled step's phases on each rank ([] when not profiled)."""
 
     path: Path
     world_size: int | None
     train: list[tuple[float, float]] = field(default_factory=list)
-    eval: list[tuple[int, float, float]] = field(default_factory=list)
+    eval: list[tuple[float, float, float]] = field(default_factory=list)
     samples_per_s: float | None = None
     breakdown: list[StepBreakdown] = field(default_factory=list)
 
@@ -94,9 +94,15 @@ def _manifest_world_size(path: Path) -> int | None:
 
 def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None) -> list[float]:
     """Where each train line sits in epochs: step / steps per epoch when the summary says
-    how many steps an epoch has, else evenly spread over its epoch."""
+    how many steps an epoch has; the line's own epoch when it is fractional (a Hugging Face
+    or Lightning script's); else evenly spread over its epoch. A script that logs no epoch
+    (``ddpimg.log(step, loss=...)``) is placed by its step."""
     if steps_per_epoch:
         return [record["step"] / steps_per_epoch for record in train]
+    if any("epoch" not in record for record in train):
+        return [float(record["step"]) for record in train]
+    if any(not float(record["epoch"]).is_integer() for record in train):
+        return [float(record["epoch"]) for record in train]
     per_epoch = Counter(record["epoch"] for record in train)
     seen: Counter[int] = Counter()
     positions = []
@@ -104,6 +110,12 @@ def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None)
         seen[record["epoch"]] += 1
         positions.append(record["epoch"] - 1 + seen[record["epoch"]] / per_epoch[record["epoch"]])
     return positions
+
+
+def _accuracy(record: dict[str, Any]) -> float:
+    """An eval line's accuracy; NaN (not drawn) for a script that evaluates none."""
+    value = record.get("accuracy")
+    return float("nan") if value is None else float(value)
 
 
 def read_run(path: Path) -> Run:
@@ -122,9 +134,9 @@ def read_run(path: Path) -> Run:
         world_size=world_size,
         train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
         eval=[
-            (int(r["epoch"]), float(r["loss"]), float(r["accuracy"]))
+            (float(r.get("epoch", r.get("step", 0))), float(r["loss"]), _accuracy(r))
             for r in records
-            if r["kind"] == "eval"
+            if r["kind"] == "eval" and r.get("loss") is not None
         ],
         samples_per_s=float(rate) if rate else None,
         breakdown=read_breakdowns(path),

@@ -307,3 +307,66 @@ def test_an_unknown_runtime_error_with_everyone_reporting_is_this_ranks_own(
     lost = other.explain(RuntimeError(GLOO_TIMEOUT))
     assert lost is not None
     assert "failed at step 4 in phase forward: RuntimeError: CUDA out of memory" in lost.message
+
+
+SCRIPT_BACKSTOP = """
+import sys, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
+from ddpimg.runtime.stall import record
+port, world, sleep_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+limits = StallLimits(1.0, 0.2, 1.0, 2.0, 0.5, 1.0)
+if world == 2:  # rank 1 reported once, then its process stopped
+    other = StallWatch(Board(server, 2, "", 2.0), rank=1, host="there", limits=limits,
+                       sentinel=False, script=True)
+    other.board.register()
+    other.board.publish_bounded(other.record())
+board = Board(server, world, f"127.0.0.1:{port}", 2.0)
+watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False, script=True)
+watch.start()
+watch.progress.enter(record.TRAIN, 7)
+time.sleep(sleep_s)
+watch.stop()
+print("finished", flush=True)
+"""
+
+
+def test_a_scripts_backstop_leaves_a_phase_every_rank_shares_alone() -> None:
+    """A script is seen only at its optimizer steps: a long evaluation without progress
+    calls, on every rank at once, is no stall."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT_BACKSTOP, str(free_port()), "1", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "finished\n"
+
+
+def test_a_scripts_backstop_gives_up_when_a_rank_went_silent() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT_BACKSTOP, str(free_port()), "2", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == exitcodes.RANK_LOST, proc.stderr
+    assert proc.stderr.count("ddpimg: error:") == 1
+    assert proc.stderr.startswith(
+        "ddpimg: error: rank 0 (here) gave up at step 7 (no progress for "
+    ), proc.stderr
+    assert "in phase train (--timeout 1)): rank 1 (host there, pid " in proc.stderr
+    assert "no checkpoint known to ddpimg (the script's own are not tracked)" in proc.stderr
+    assert "then run the same command again" in proc.stderr
+
+
+def test_a_script_waits_the_timeout_whatever_the_backend() -> None:
+    """Its process group's timeout is its own (transformers: 30 minutes): the backstop
+    gives up after --timeout with Gloo too."""
+    assert StallLimits.for_timeout(20, "gloo", script=True).backstop_s == 20
+    assert StallLimits.for_timeout(20, "gloo").backstop_s > 20

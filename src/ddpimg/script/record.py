@@ -1,0 +1,178 @@
+"""Rank 0's run record of a script: ``manifest.json`` and ``metrics.jsonl`` in ``--out``, the
+same files, written the same way, as a bundled trainer's (``ddpimg.train.outputs``).
+
+The manifest says what ran (the script, its arguments and digest), where (versions, the
+launch plan, the world) and how it ended (status and exit status, ``rank_lost``,
+``preemption``), plus what only a script has: the output directories of the frameworks it
+used (``outputs``: Hugging Face's ``output_dir``, Lightning's ``default_root_dir``) and the
+newest checkpoint they wrote that ddpimg was told of.
+
+A run in an ``--out`` whose last run did not complete (preempted, a rank lost, killed at
+the time limit) continues it: its metrics lines are kept (the summary excepted), and once
+the framework resumes from a checkpoint, the lines after that checkpoint's step are dropped
+(they will be logged again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddpimg.errors import DdpimgError
+from ddpimg.fsio import write_json_atomic, write_text_atomic
+from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
+from ddpimg.train.progress import Progress
+
+COMPLETED = "completed"
+
+
+def previous_run(out: Path) -> dict[str, Any] | None:
+    """The manifest of the script run ``out`` already holds, or None (none, unreadable, or a
+    bundled trainer's)."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and "script" in manifest else None
+
+
+def continues(previous: Mapping[str, Any] | None) -> bool:
+    """Whether a run in that directory continues the previous one: it did not complete."""
+    return previous is not None and previous.get("status") != COMPLETED
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _complete_lines(path: Path, keep: Any) -> list[str]:
+    """The complete lines of ``path`` whose record passes ``keep`` (none if it is missing)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    kept = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # a line cut short by a crash
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if isinstance(record, dict) and keep(record):
+            kept.append(line)
+    return kept
+
+
+def _last_train_step(lines: Sequence[str]) -> int:
+    """The step of the newest train line among ``lines`` (complete JSON lines); 0: none."""
+    last = 0
+    for line in lines:
+        record = json.loads(line)
+        if record.get("kind") == "train" and isinstance(record.get("step"), int):
+            last = max(last, record["step"])
+    return last
+
+
+class ScriptRecord:
+    """The record of one script run (rank 0 only)."""
+
+    def __init__(self, recorder: RunRecorder, last_step: int = 0) -> None:
+        self._recorder = recorder
+        self.manifest = recorder.manifest
+        self.out = recorder.out
+        self._last_step = last_step  # of the newest train line
+
+    @classmethod
+    def start(
+        cls,
+        out: Path,
+        *,
+        script: str,
+        args: Sequence[str],
+        run_info: Mapping[str, Any],
+        world: Mapping[str, Any],
+        options: Mapping[str, Any],
+        previous: Mapping[str, Any] | None,
+        env: Mapping[str, str],
+    ) -> ScriptRecord:
+        """Create ``out`` and write the "running" manifest; a continued run keeps the
+        previous run's metrics lines (summaries excepted)."""
+        manifest: dict[str, Any] = {
+            "status": "running",
+            "exit_status": None,
+            "started_utc": utc_now(),
+            "ended_utc": None,
+            "script": {
+                "path": os.path.abspath(script),
+                "args": list(args),
+                "sha256": _digest(script),
+            },
+            "arguments": dict(options),
+            "distributed": dict(world),
+            "run_info": dict(run_info),
+            "versions": collect_versions(env),
+            "outputs": {},
+            "continues": None,
+        }
+        metrics = out / METRICS
+        keep, kept = None, []
+        if previous is not None and continues(previous):
+            manifest["continues"] = {
+                "status": previous.get("status"),
+                "started_utc": previous.get("started_utc"),
+                "last_checkpoint": previous.get("last_checkpoint"),
+            }
+            kept = _complete_lines(metrics, lambda record: record.get("kind") != "summary")
+            keep = len(kept)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            if keep is not None:
+                write_text_atomic(metrics, "".join(kept))
+            recorder = RunRecorder(out, manifest, Progress(sys.stderr, interactive=False), keep)
+        except OSError as err:
+            raise DdpimgError(
+                f"--out {out}: cannot write there ({err.strerror}: {err.filename})",
+                hint="choose a writable directory with --out",
+            ) from err
+        return cls(recorder, _last_train_step(kept))
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """One metrics line. A train line of a step already written (a continued run that
+        resumed from an earlier checkpoint than ddpimg knew of: a plain script's own) first
+        drops the lines from that step on: metrics.jsonl stays one trajectory."""
+        step = record.get("step")
+        if record.get("kind") == "train" and isinstance(step, int):
+            if step <= self._last_step:
+                self.rewind(step - 1)
+            self._last_step = step
+        self._recorder.metrics.write(record)
+
+    def rewind(self, step: int) -> None:
+        """Keep only the metrics lines up to optimizer step ``step`` (a resume from a
+        checkpoint of that step logs the later ones again)."""
+        path = self.out / METRICS
+        self._recorder.metrics.close()
+        kept = _complete_lines(
+            path, lambda record: record.get("kind") != "summary" and record.get("step", 0) <= step
+        )
+        write_text_atomic(path, "".join(kept))
+        self._recorder.metrics = MetricsWriter(path, keep_lines=len(kept) or None)
+        self._last_step = _last_train_step(kept)
+
+    def update(self, **entries: Any) -> None:
+        """Add or replace manifest entries and write the manifest again."""
+        self.manifest.update(entries)
+        write_json_atomic(self.out / MANIFEST, self.manifest)
+
+    def finish(self, status: str, exit_status: int, error: str | None = None) -> None:
+        self._recorder.finish(status, exit_status, error)
