@@ -60,6 +60,7 @@ from tests.integration.scripts_runtime import (
     tagged,
     wait_for,
 )
+from tests.trackers.readback import mlflow_run, mlflow_series, tensorboard_scalars
 
 HOST = socket.gethostname().split(".")[0]
 REL = 1e-6
@@ -265,3 +266,22 @@ def test_preempted_then_continued_then_a_stopped_rank_is_named(
         assert script.checksum(output, rank) == pytest.approx(
             script.checksum(expected.output, rank), rel=REL
         )
+
+
+@pytest.mark.torchrun
+def test_a_scripts_lines_reach_the_trackers(tmp_path: Path, run_env: dict[str, str]) -> None:
+    """``--log-to`` works for a script as for a trainer: what the script logs reaches
+    TensorBoard and MLflow (read back with their own readers) as it reaches metrics.jsonl."""
+    out, output = tmp_path / "run", tmp_path / "output"
+    output.mkdir()
+    script = SCRIPTS["plain"].args(tmp_path, output, False)
+    cmd = [*LAUNCHERS["torchrun"].prefix(tmp_path), "--out", str(out), "--log-to",
+           "tensorboard,mlflow", "--script", *script]  # fmt: skip
+    run(cmd, run_env, timeout=WAIT_S)
+    losses = train_losses(out)
+    assert len(losses) == STEPS
+    board = tensorboard_scalars(out / "tensorboard")["train/loss"]
+    assert board == [(step, pytest.approx(loss)) for step, loss in losses.items()]
+    client, run_id = mlflow_run(out)
+    assert dict(mlflow_series(client, run_id, "train/loss")) == pytest.approx(losses)
+    assert manifest(out)["trackers"]["log_to"] == ["tensorboard", "mlflow"]

@@ -44,7 +44,8 @@ def _args(**overrides: object) -> argparse.Namespace:
     values: dict[str, object] = {
         "out": Path("runs/x"), "timeout": 30.0, "no_watch": False, "no_record": True,
         "no_integrations": False, "preempt_signals": "usr2", "preempt_check_every": 5,
-        "resume": "none",
+        "resume": "none", "log_to": None, "project": None, "run_name": "r1",
+        "run_group": None, "wandb_entity": None,
     }  # fmt: skip
     return argparse.Namespace(**(values | overrides))
 
@@ -64,7 +65,11 @@ def test_the_flags_become_the_boots_options() -> None:
         master_via_mpi=True,
         site_path=mpirun.site.path,
         run_info=mpirun.to_json(),
-    )
+        log_to=(),
+        tracker_options={
+            "project": None, "run_name": "r1", "run_group": None, "wandb_entity": None,
+        },
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -74,6 +79,7 @@ def test_the_flags_become_the_boots_options() -> None:
         ({"timeout": -5.0}, "--timeout must be more than 0 seconds, got -5"),
         ({"preempt_check_every": 0}, "--preempt-check-every must be at least 1, got 0"),
         ({"preempt_signals": "USR1"}, "--preempt-signals 'USR1': SIGUSR1 is refused"),
+        ({"log_to": "tensorboard,neptune"}, "--log-to: unknown tracker 'neptune'"),
     ],
 )
 def test_bad_numbers_are_refused_naming_the_flag(

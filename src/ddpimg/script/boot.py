@@ -143,6 +143,7 @@ def _record(
     options: ScriptOptions, path: str, args: list[str], previous: Any, world: Mapping[str, Any]
 ) -> ScriptRecord:
     from ddpimg.script.record import ScriptRecord
+    from ddpimg.trackers.settings import TrackerOptions
 
     shown = {
         "timeout": options.timeout_s,
@@ -152,6 +153,7 @@ def _record(
         "preempt_check_every": options.preempt_check_every,
         "resume": options.resume,
         "out": options.out,
+        "log_to": list(options.log_to),
     }
     return ScriptRecord.start(
         Path(options.out),
@@ -162,6 +164,8 @@ def _record(
         options=shown,
         previous=previous,
         env=os.environ,
+        log_to=options.log_to,
+        tracker_options=TrackerOptions(**options.tracker_options),
     )
 
 

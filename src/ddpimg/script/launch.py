@@ -5,6 +5,7 @@ replaces ``train`` (exec, same PID: see ``ddpimg.script``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,17 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
             f"--preempt-check-every must be at least 1, got {args.preempt_check_every}",
             hint="1 checks every step",
         )
+    from ddpimg.trackers import TrackerOptions, check_trackers, log_to_setting
+
+    env = plan.child_environment(os.environ)  # with the site profile's [env] defaults
+    log_to = log_to_setting(args.log_to, env)
+    trackers = TrackerOptions(
+        project=args.project,
+        run_name=args.run_name,
+        run_group=args.run_group,
+        wandb_entity=args.wandb_entity,
+    )
+    check_trackers(log_to, args.out, env, trackers)  # on every rank, before anything runs
     return ScriptOptions(
         out=str(args.out),
         timeout_s=args.timeout,
@@ -65,6 +77,8 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
         master_via_mpi=plan.needs_runtime_master,
         site_path=plan.site.path,
         run_info=plan.to_json(),
+        log_to=log_to,
+        tracker_options=dataclasses.asdict(trackers),
     )
 
 

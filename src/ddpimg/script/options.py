@@ -35,6 +35,8 @@ class ScriptOptions:
     checkpoint (given to the framework only when the script passes none itself).
     ``run_info``: the launch plan as ``ddpimg env --json`` prints it, for the manifest;
     ``master_via_mpi`` / ``site_path``: rank 0 publishes its address over MPI first.
+    ``log_to`` / ``tracker_options``: the trackers rank 0 writes to (``--log-to``) and the
+    flags that name the run there (``ddpimg.trackers.TrackerOptions``' fields).
     """
 
     out: str = "ddpimg-run"
@@ -48,10 +50,16 @@ class ScriptOptions:
     master_via_mpi: bool = False
     site_path: str = ""
     run_info: Mapping[str, Any] = field(default_factory=dict)
+    log_to: tuple[str, ...] = ()
+    tracker_options: Mapping[str, str | None] = field(default_factory=dict)
 
     def to_environ(self) -> dict[str, str]:
         """The variable that carries these options to the boot."""
-        return {ENV_VAR: json.dumps(asdict(self) | {"run_info": dict(self.run_info)})}
+        fields = asdict(self) | {
+            "run_info": dict(self.run_info),
+            "tracker_options": dict(self.tracker_options),
+        }
+        return {ENV_VAR: json.dumps(fields)}
 
     @classmethod
     def pop_from(cls, environ: MutableMapping[str, str]) -> ScriptOptions:
@@ -65,6 +73,7 @@ class ScriptOptions:
         try:
             fields = json.loads(text)
             fields["preempt_signals"] = tuple(fields["preempt_signals"])
+            fields["log_to"] = tuple(fields["log_to"])
             return cls(**fields)
         except (ValueError, TypeError, KeyError) as err:
             raise LauncherError(

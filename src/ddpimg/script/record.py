@@ -21,13 +21,17 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.trackers.settings import TrackerOptions
 from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
 from ddpimg.train.progress import Progress
+
+if TYPE_CHECKING:
+    from ddpimg.trackers import Trackers
 
 COMPLETED = "completed"
 
@@ -73,6 +77,28 @@ def _complete_lines(path: Path, keep: Any) -> list[str]:
     return kept
 
 
+def _open_trackers(
+    out: Path,
+    manifest: dict[str, Any],
+    env: Mapping[str, str],
+    log_to: Sequence[str],
+    options: TrackerOptions | None,
+) -> Trackers | None:
+    """Rank 0's trackers (None without any). A continued run continues their runs; its
+    resume step is not known before the framework resumes, so the trackers are told the
+    step of the previous run's last checkpoint, where a continued framework resumes."""
+    if not log_to:
+        return None
+    from ddpimg.trackers import check_trackers, open_trackers
+
+    options = options or TrackerOptions()
+    manifest["trackers"] = check_trackers(log_to, out, env, options).to_json()
+    continued = manifest["continues"]
+    last = (continued or {}).get("last_checkpoint") or {}
+    described = manifest | {"resumed_from": {"step": last.get("step")}}
+    return open_trackers(log_to, out, described, env, continued is not None, options=options)
+
+
 def _last_train_step(lines: Sequence[str]) -> int:
     """The step of the newest train line among ``lines`` (complete JSON lines); 0: none."""
     last = 0
@@ -104,9 +130,12 @@ class ScriptRecord:
         options: Mapping[str, Any],
         previous: Mapping[str, Any] | None,
         env: Mapping[str, str],
+        log_to: Sequence[str] = (),
+        tracker_options: TrackerOptions | None = None,
     ) -> ScriptRecord:
         """Create ``out`` and write the "running" manifest; a continued run keeps the
-        previous run's metrics lines (summaries excepted)."""
+        previous run's metrics lines (summaries excepted). ``log_to``: the trackers that get
+        every line too (a continued run continues their runs)."""
         manifest: dict[str, Any] = {
             "status": "running",
             "exit_status": None,
@@ -138,7 +167,9 @@ class ScriptRecord:
             out.mkdir(parents=True, exist_ok=True)
             if keep is not None:
                 write_text_atomic(metrics, "".join(kept))
-            recorder = RunRecorder(out, manifest, Progress(sys.stderr, interactive=False), keep)
+            trackers = _open_trackers(out, manifest, env, log_to, tracker_options)
+            progress = Progress(sys.stderr, interactive=False)
+            recorder = RunRecorder(out, manifest, progress, keep, trackers=trackers)
         except OSError as err:
             raise DdpimgError(
                 f"--out {out}: cannot write there ({err.strerror}: {err.filename})",
@@ -166,7 +197,8 @@ class ScriptRecord:
             path, lambda record: record.get("kind") != "summary" and record.get("step", 0) <= step
         )
         write_text_atomic(path, "".join(kept))
-        self._recorder.metrics = MetricsWriter(path, keep_lines=len(kept) or None)
+        sink = self._recorder.metrics.sink
+        self._recorder.metrics = MetricsWriter(path, keep_lines=len(kept) or None, sink=sink)
         self._last_step = _last_train_step(kept)
 
     def update(self, **entries: Any) -> None:
