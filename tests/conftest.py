@@ -5,7 +5,8 @@ The checks and the policy live in ``tests/engines/availability.py``. Set
 ``gpu`` tests always skip without a GPU.
 
 A test that fails because a command ran past its ``timeout`` says that it was killed by its
-hang guard (tests/hangguard.py).
+hang guard (tests/hangguard.py). DeepSpeed's ops are compiled into one directory per
+interpreter for every session (tests/engines/opcache.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Generator
 
 import pytest
 
+from tests.engines import opcache
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.hangguard import hang_guard_message
 
@@ -23,6 +25,7 @@ _REQUIRE = pytest.StashKey[bool]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(opcache.VARIABLE, str(opcache.op_cache()))
     try:
         config.stash[_REQUIRE] = require_engines(os.environ)
     except ValueError as exc:
