@@ -97,10 +97,17 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str])
     return TwoRankRuns(tmp_path_factory.mktemp("two-ranks"), run_env)
 
 
+# mnist under DDP with two workers of `train --nproc-per-node 2` is test_launchers.py's first
+# test (the same run, checked against one process): not run twice.
+COVERED = {("mnist", "ddp")}
+
+
 def cells() -> list[object]:
     params = []
     for trainer in TRAINERS:
         for strategy in ["ddp", "fsdp", *ZERO_STAGES[trainer]]:
+            if (trainer, strategy) in COVERED:
+                continue
             marks = [pytest.mark.torchrun]
             if strategy.startswith("zero"):
                 marks.append(pytest.mark.deepspeed)
