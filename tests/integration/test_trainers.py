@@ -29,7 +29,8 @@ import torch.nn.functional as F
 import transformers
 
 from ddpimg.train.tasks.gpt.data import synthetic_sequences
-from tests.integration.runs import assert_close, command, read_metrics, run, summary, train_losses
+from tests.integration.runs import command, read_metrics, run, summary, train_losses
+from tests.noise import Tolerance, assert_within
 
 COMMON = ["--epochs", "1", "--log-every", "1", "--warmup-steps", "2", "--seed", "3"]
 TRAINERS = {
@@ -66,8 +67,10 @@ ZERO_STAGES = {
 }
 # What the summary reports on top of samples/s, per trainer.
 THROUGHPUT = {"mnist": set(), "toy": set(), "resnet": {"images_per_s"}, "gpt": {"tokens_per_s"}}
-INVARIANCE_REL = 1e-4
-ZERO_REL = 1e-3
+# gpt's 20 steps, 2 ranks against 1 process and ZeRO-2 against DDP (python -m tests.noise):
+# PLACEHOLDER
+INVARIANCE = Tolerance(floor=1.2e-7, multiple=1000, steps=20)
+ZERO = Tolerance(floor=1.2e-7, multiple=10000, steps=20)
 
 
 def arguments(trainer: str, strategy: str) -> list[str]:
@@ -148,7 +151,7 @@ def gpt_one_process(
 @pytest.mark.torchrun
 def test_gpt_two_processes_match_one(two_ranks: TwoRankRuns, gpt_one_process: list[float]) -> None:
     losses = train_losses(two_ranks.out("gpt", "ddp"))
-    assert_close(losses, gpt_one_process, INVARIANCE_REL, "gpt, 2 processes vs 1")
+    assert_within(losses, gpt_one_process, INVARIANCE, "gpt, 2 processes vs 1")
 
 
 @pytest.mark.slurm
@@ -160,7 +163,7 @@ def test_gpt_two_srun_tasks_match_one_process(
     assert summary(tmp_path)["world_size"] == 2
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["run_info"]["source"] == "slurm"
-    assert_close(train_losses(tmp_path), gpt_one_process, INVARIANCE_REL, "gpt, srun -n 2 vs 1")
+    assert_within(train_losses(tmp_path), gpt_one_process, INVARIANCE, "gpt, srun -n 2 vs 1")
 
 
 @pytest.mark.torchrun
@@ -169,7 +172,7 @@ def test_zero2_follows_ddp_for_20_steps(two_ranks: TwoRankRuns) -> None:
     ddp = train_losses(two_ranks.out("gpt", "ddp"))
     zero2 = train_losses(two_ranks.out("gpt", "zero2"))
     assert len(ddp) == 20
-    assert_close(zero2, ddp, ZERO_REL, "gpt, DeepSpeed ZeRO-2 vs DDP")
+    assert_within(zero2, ddp, ZERO, "gpt, DeepSpeed ZeRO-2 vs DDP")
 
 
 def hf_eval_loss(directory: Path, seq_len: int, samples: int, vocab: int) -> float:

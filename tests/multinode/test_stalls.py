@@ -17,7 +17,7 @@ import pytest
 from ddpimg import exitcodes
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, read_metrics, run
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, command, read_metrics, run
 from tests.integration.stalls import (
     RECORDING_TASK,
     STALL_TRAIN,
@@ -28,6 +28,7 @@ from tests.integration.stalls import (
     wait_for_checkpoint,
 )
 from tests.multinode.conftest import RUN_LIMIT_S, SHORT_NAME_PROFILE, TIMEOUT_S
+from tests.noise import assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 
@@ -121,4 +122,4 @@ def test_a_job_that_loses_a_node_continues_on_the_other_with_the_same_losses(
     assert [m["step"] for m in read_metrics(out) if m["kind"] == "train"] == list(
         range(1, STEPS + 1)
     )
-    assert_close(losses, expected, 1e-4, "2 nodes, then 1 after the loss, vs 1 process")
+    assert_within(losses, expected, QUICK_TOLERANCE, "2 nodes, then 1 after the loss, vs 1 process")
