@@ -16,7 +16,7 @@ def hang_guard_message(expired: subprocess.TimeoutExpired) -> str:
     command = expired.cmd if isinstance(expired.cmd, str) else shlex.join(map(str, expired.cmd))
     return (
         f"killed by its hang guard: `{command[:400]}` was still running after "
-        f"{expired.timeout:g} s. The limit is a guard against hangs (at least 5x the time this "
+        f"{expired.timeout:.3g} s. The limit is a guard against hangs (at least 5x the time this "
         "command takes on a 2-core CI machine), not a speed goal: either it hung, or this "
         "machine is more than 5x slower than that."
     )
