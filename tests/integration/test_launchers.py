@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runs import (
-    QUICK_DEEPSPEED_TOLERANCE,
     QUICK_TRAIN,
     check_run,
     command,
@@ -92,4 +91,4 @@ def test_deepspeed_under_mpirun_matches_ddp(
         "--zero-stage", "1", "--out", str(tmp_path),
     ]  # fmt: skip
     run(cmd, run_env, timeout=600)
-    check_run(tmp_path, reference, world_size=2, tolerance=QUICK_DEEPSPEED_TOLERANCE)
+    check_run(tmp_path, reference, world_size=2)

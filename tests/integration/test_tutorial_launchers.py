@@ -12,7 +12,6 @@ import pytest
 
 from tests.integration.runs import (
     PYTHON,
-    QUICK_DEEPSPEED_TOLERANCE,
     QUICK_TRAIN,
     check_run,
     command,
@@ -80,7 +79,7 @@ def test_deepspeed_launcher_runs_ddpimg_as_a_module(
     module = ["--no_local_rank", "--module", "ddpimg", "train", "--strategy", "deepspeed"]
     cmd = [*deepspeed_launcher(free_port()), *module, *QUICK_TRAIN, "--out", str(tmp_path)]
     run(cmd, deepspeed_env, timeout=600)
-    check_run(tmp_path, reference, world_size=2, tolerance=QUICK_DEEPSPEED_TOLERANCE)
+    check_run(tmp_path, reference, world_size=2)
     assert run_info(tmp_path)["source"] == "env"
     assert run_info(tmp_path)["local_world_size"] == 2
 
@@ -98,7 +97,7 @@ def test_deepspeed_launcher_inside_one_srun_task(
     env = slurm_env | {"TORCH_EXTENSIONS_DIR": deepspeed_env["TORCH_EXTENSIONS_DIR"]}
     cmd = ["srun", "-N1", "-n1", *deepspeed_launcher(free_port()), command("train")]
     run([*cmd, "--strategy", "deepspeed", *QUICK_TRAIN, "--out", str(tmp_path)], env, timeout=600)
-    check_run(tmp_path, reference, world_size=2, tolerance=QUICK_DEEPSPEED_TOLERANCE)
+    check_run(tmp_path, reference, world_size=2)
     assert run_info(tmp_path)["source"] == "env"
 
 
@@ -115,7 +114,7 @@ def test_deepspeed_with_ranks_from_the_slurm_step(
     env = slurm_env | {"TORCH_EXTENSIONS_DIR": deepspeed_env["TORCH_EXTENSIONS_DIR"]}
     cmd = ["srun", "-N1", "--ntasks-per-node=2", command("train"), "--strategy", "deepspeed"]
     run([*cmd, *QUICK_TRAIN, "--out", str(tmp_path)], env, timeout=600)
-    check_run(tmp_path, reference, world_size=2, tolerance=QUICK_DEEPSPEED_TOLERANCE)
+    check_run(tmp_path, reference, world_size=2)
     assert run_info(tmp_path)["source"] == "slurm"
 
 

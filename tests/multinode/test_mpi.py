@@ -18,7 +18,7 @@ import pytest
 from tests.engines.netns import NamespaceCluster
 from tests.integration.runs import (
     PYTHON,
-    QUICK_DEEPSPEED_TOLERANCE,
+    QUICK_TOLERANCE,
     QUICK_TRAIN,
     command,
     run,
@@ -79,6 +79,6 @@ def test_deepspeed_own_discovery_times_out_and_ddpimg_trains(
     assert_within(
         train_losses(out),
         reference_losses,
-        QUICK_DEEPSPEED_TOLERANCE,
+        QUICK_TOLERANCE,
         "DeepSpeed over mpirun, 2 nodes",
     )
