@@ -36,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # One rounding step of a float32 value, relative (2**-23): two losses closer than this are
-# the same number. The floor is never taken below it.
+# the same number. The floor of a float32 run is never taken below it; of a float64 one
+# (where a test trains in float64), never below FLOAT64_STEP.
 FLOAT32_STEP = 2.0**-23
+FLOAT64_STEP = 2.0**-52
 FLOOR_STEPS = 2
 
 
@@ -51,7 +53,7 @@ class Tolerance:
     steps: int
 
     def __post_init__(self) -> None:
-        if self.floor < FLOAT32_STEP or self.multiple < 1 or self.steps < 1:
+        if self.floor < FLOAT64_STEP or self.multiple < 1 or self.steps < 1:
             raise ValueError(f"not a measured tolerance: {self}")
 
     @property
