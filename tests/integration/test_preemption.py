@@ -27,7 +27,7 @@ from ddpimg import exitcodes
 from ddpimg.plot import plot_runs, read_run
 from ddpimg.train.checkpoint.files import verify
 from tests.integration.runs import command, read_metrics, run, summary
-from tests.noise import Tolerance, assert_within
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 TRAIN = [
     "--data", "synthetic", "--epochs", "3", "--log-every", "1", "--global-batch-size", "32",
@@ -38,8 +38,11 @@ STEPS = 12
 SIGNAL_AFTER = 6
 WAIT_S = 240
 STRATEGIES = {"ddp": [], "deepspeed": ["--strategy", "deepspeed", "--zero-stage", "1"]}
-# PLACEHOLDER
-ONE_VS_TWO = Tolerance(floor=1.2e-7, multiple=1000, steps=STEPS + 3)  # 3 evaluations
+# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-11-25): the
+# floor is one float32 step, 1.2e-7 (the reordering variants parted by less at steps 1-2);
+# over the 12 steps they and 2 ranks parted by at most 1.0e-7 (0.87x). 10x the floor, over
+# the 12 steps and the 3 evaluations between them (each an average over the same model).
+ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS + 3)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Popen = subprocess.Popen[str]
