@@ -101,12 +101,17 @@ VARIANTS: dict[str, dict[str, str]] = {
     "mkl compatible": {"MKL_CBWR": "COMPATIBLE"},
 }
 REFERENCE_ENV = {"OMP_NUM_THREADS": "2"}
+# The variants that stand for another CPU's kernels: on each, 2 ranks are also compared with
+# one process on the same kernels (what this comparison does on such a machine).
+KERNELS = ("aten default", "onednn sse4.1", "mkl compatible")
+ON = " on "
 
 
 def floor_of(differences: Mapping[str, Sequence[float]]) -> float:
-    """The noise floor: the largest difference at steps 1..FLOOR_STEPS of the variants that
-    only reorder sums (``differences``: name -> per-step relative difference)."""
-    early = [rel for name, rels in differences.items() if name in VARIANTS
+    """The noise floor: the largest difference at steps 1..FLOOR_STEPS of the runs that only
+    reorder sums: the variants, and 2 ranks on other kernels (``differences``: name ->
+    per-step relative difference)."""
+    early = [rel for name, rels in differences.items() if name in VARIANTS or ON in name
              for rel in rels[:FLOOR_STEPS]]  # fmt: skip
     return max([FLOAT32_STEP, *early])
 
@@ -131,12 +136,21 @@ def measure(
         losses[name] = _train(arguments, work / f"variant-{index}", base | REFERENCE_ENV | env, 1)
     for index, (name, extra) in enumerate(comparisons.items()):
         losses[name] = _train([*arguments, *extra], work / f"ranks-{index}", base, 2)
+    for index, name in enumerate(KERNELS):
+        env = base | VARIANTS[name]
+        losses[f"2 ranks{ON}{name}"] = _train(arguments, work / f"kernels-{index}", env, 2)
     return losses
 
 
+def reference_of(name: str) -> str:
+    """What a run is compared with: the reference, or a kernel variant's own one process."""
+    return name.split(ON, 1)[1] if ON in name else "reference"
+
+
 def report(losses: Mapping[str, Sequence[float]]) -> str:
-    """Each run's per-step relative difference from the reference, the floor and the most."""
-    differences = {name: relative_differences(found, losses["reference"])
+    """Each run's per-step relative difference from the reference (a 2-rank run on other
+    kernels: from one process on those), the floor and the most."""
+    differences = {name: relative_differences(found, losses[reference_of(name)])
                    for name, found in losses.items() if name != "reference"}  # fmt: skip
     names = list(differences)
     lines = ["| step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
