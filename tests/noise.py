@@ -1,26 +1,29 @@
 """Trajectory tolerances, measured: a configuration's rounding-noise floor, and the multiple of
 it that a comparison of two trajectories of that configuration may differ by.
 
-Two runs that compute the same sums in another order (1 and 2 processes, ZeRO and DDP, 1 and
-2 intra-op threads, another CPU's kernels) give losses that differ by rounding, and training
-amplifies that difference step after step: by 1.1-1.5x a step for the small models here,
-by 20-30x a step for resnet18 from scratch at its default learning rate. A fixed tolerance
-therefore passes on one machine and fails on the next. Instead:
+Two runs that compute the same sums in another order (1 and 2 processes, 1 and 2 intra-op
+threads, another CPU's kernels) give losses that differ by rounding, and training amplifies
+that difference step after step: hardly at all for the small models here, 20-30x a step for
+resnet18 from scratch. A fixed tolerance therefore passes on one machine and fails on the
+next. Instead, for each configuration, ``python -m tests.noise -- TRAIN ARGUMENTS`` runs
+``train`` with those arguments as one process (the reference: 2 intra-op threads), as one
+process in each variant (1 thread; torch's default kernels instead of AVX2; oneDNN limited to
+SSE4.1; MKL's conditional-reproducibility path: the last three stand for another CPU), and
+as 2 ranks, natively and on each other kernel set; it prints each run's relative difference
+from the one process it compares with, step by step. From those:
 
-- the **floor** of a configuration is the largest relative loss difference at steps 1-2
-  between its one-process run and the same run with another reduction order (1 instead of 2
-  intra-op threads; torch's default instead of its AVX2 kernels; oneDNN limited to SSE4.1;
-  MKL's conditional-reproducibility path), but never less than one float32 rounding step;
-- the **tolerance** is a stated multiple of it, and a test compares only the steps over
-  which the same variants stayed within that multiple (``steps``); a test whose point is the
-  data order and not the numerics makes that range long enough by a smaller learning rate.
+- the **floor** is the largest difference at steps 1-2 of the runs that only reorder sums,
+  never less than one float32 rounding step (FLOAT32_STEP; FLOAT64_STEP in float64);
+- the **multiple** is 10x the largest difference, in floors, that a comparison a test makes
+  on one machine (2 ranks against 1 process, natively or on other kernels; 1 thread) or a
+  kernel variant reached over the steps compared, rounded up to 1, 2 or 5 times a power of
+  ten; a test compares only steps where that keeps the tolerance far below what a real
+  difference makes (another batch, per-rank statistics: percents), and a test whose point
+  is the data order rather than the arithmetic gets that range from a smaller learning rate
+  or float64.
 
-``python -m tests.noise -- TRAIN ARGUMENTS`` measures a configuration: it runs ``train``
-with those arguments in each variant (and with ``--nproc-per-node 2``, the comparison most
-tests make) and prints, a step a row, each variant's relative difference from the
-reference run, the floor and the largest difference seen. The figures in the tests'
-docstrings come from it. Bitwise claims (same world size, ``--deterministic``) are compared
-with ``==``, not here.
+Each test's docstring or constant gives its figures (the machine: a 2-core AMD EPYC, AVX2).
+Bitwise claims (same world size, ``--deterministic``) are compared with ``==``, not here.
 """
 
 from __future__ import annotations
