@@ -44,8 +44,9 @@ DEFAULT_BUDGET_S = 520.0
 RESERVE_S = 10.0  # kept back for writing the reports
 # The dry run has no device time to fit: its budget and every command's limit only catch
 # hangs, so that a slow or busy machine cannot fail it. What it took on a 2-core AMD EPYC
-# with other work beside it (2026-11-25): all three parts, the longest part, the longest
-# command (DeepSpeed's first start, which compiles its op); the guards are 5x those.
+# with other work beside it (2026-11-25, before its synthetic ResNet evaluation shrank: 235 s
+# since): all three parts, the longest part, the longest command (DeepSpeed's first start,
+# which compiles its op); the guards are 5x those.
 DRY_RUN_MEASURED = {"whole_s": 830.0, "part_s": 510.0, "command_s": 300.0}
 DRY_RUN_BUDGET_S = 5 * DRY_RUN_MEASURED["part_s"]
 DRY_RUN_HANG_GUARD_S = 5 * DRY_RUN_MEASURED["command_s"]

@@ -13,9 +13,11 @@ EPYC, 2026-11-25): resnet18 from scratch amplifies rounding about 20-30x a step 
 train at --lr 0.00005, where a batch from another position still changes the loss by
 percents (and --no-sync-batchnorm by 2% at the first step) but rounding stays put: the
 floor is 4.2e-6 (torch's default kernels against AVX2 at step 2; the other variants under
-3.5e-7), and over the 6 steps 1 thread, 2 ranks and MKL's compatible path parted by at most
-3.5e-7 (0.083x the floor). The tolerance is 10x the floor, 4.2e-5. (Across kernel sets,
-which no test here compares, the default kernels parted from AVX2's by 1.1e-3 by step 6.)
+3.5e-7). Over the 6 steps 2 ranks parted from one process on the same kernels by at most
+3.5e-7 with AVX2, 4.1e-6 with oneDNN at SSE4.1, 6.0e-5 with MKL's compatible path and 8.3e-5
+(19.8x the floor) with torch's default kernels; the multiple is 10x that, rounded up: 200,
+8.4e-4. (Across kernel sets, which no test compares, the default kernels parted from AVX2's
+by 1.1e-3 by step 6.)
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ RESNET = [
     "--max-steps", str(STEPS), "--log-every", "1", "--lr", "0.00005", "--seed", "5",
     "--eval-samples", str(EVAL_SAMPLES), "--warmup-steps", "1",
 ]  # fmt: skip
-TOLERANCE = Tolerance(floor=4.2e-6, multiple=10, steps=STEPS)  # the docstring
+TOLERANCE = Tolerance(floor=4.2e-6, multiple=200, steps=STEPS)  # the docstring
 
 
 @pytest.fixture(scope="module")
