@@ -108,7 +108,8 @@ def test_a_silent_rank_is_named_by_the_other(port: int) -> None:
         time.sleep(LIMITS.stale_after_s + 0.5)
         began = time.monotonic()
         lost = waiter.explain(RuntimeError(GLOO_TIMEOUT))
-        assert time.monotonic() - began < 1  # already stale: no wait
+        # Already stale: no wait (one would last stale_after_s; this takes milliseconds).
+        assert time.monotonic() - began < LIMITS.stale_after_s / 2
     assert lost is not None
     assert lost.message.startswith(
         "rank 0 (host0) gave up at step 3 (gloo: Timed out waiting 2000ms for recv operation "
@@ -227,7 +228,9 @@ def test_a_stopped_store_is_named_within_the_bound() -> None:
         server.kill()
         server.wait()
     assert lost is not None
-    assert took < LIMITS.store_s + 1  # one operation goes unanswered, the rest give up at once
+    # One operation goes unanswered (store_s of timer), the rest give up at once: fewer than
+    # two operations waited out (the CPU work beside the timer takes milliseconds).
+    assert took < 2 * LIMITS.store_s
     assert f"the rendezvous store at 127.0.0.1:{port} did not answer within 2.5 s" in lost.message
 
 
@@ -253,7 +256,6 @@ print("finished", flush=True)
 
 
 def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
-    began = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", BACKSTOP, str(free_port()), phases.DATA, "60"],
         capture_output=True,
@@ -262,13 +264,12 @@ def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
         check=False,
     )
     assert proc.returncode == exitcodes.RANK_LOST, proc.stderr
-    assert time.monotonic() - began < 30  # not the 60 s sleep
     assert proc.stderr.count("ddpimg: error:") == 1
     assert proc.stderr.startswith(
         "ddpimg: error: rank 0 (here) gave up at step 12 (no progress for 2 s in phase data "
         "(--timeout 1)): every rank still reports"
     )
-    assert proc.stdout == "recorded []\n"
+    assert proc.stdout == "recorded []\n"  # ended by the backstop, not after the 60 s sleep
 
 
 def test_the_backstop_leaves_setup_alone() -> None:
