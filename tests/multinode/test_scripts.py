@@ -5,8 +5,8 @@ checkpoint, both ranks exit 75, the job script requeues the job once, and the re
 resumes from that checkpoint and completes with the losses of a run never stopped (the same
 script under ``train --nproc-per-node 2`` on this machine: the same global batch and
 reduction order). Measured: every logged loss equal to the last bit, the sums of the final
-weights 7.7e-9 apart (relative; Gloo over the namespaces' network against loopback); the
-weights are compared within a relative 1e-6."""
+weights 7.7e-9 apart (relative; Gloo over the namespaces' network against loopback), under
+one float32 rounding step; both are compared within 10 of them (tests.noise)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.integration.runs import command, run
 from tests.integration.scripts_runtime import LAUNCHERS, MARKER, SCRIPTS, STEPS
 from tests.integration.test_sbatch import job_info, release_requeued, wait_for_end, wait_until
 from tests.multinode.conftest import SHORT_NAME_PROFILE, TIMEOUT_S
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 
@@ -63,9 +64,10 @@ def test_a_preempted_hf_trainer_job_requeues_itself_once_and_finishes(
     assert Path(checkpoint).parent == output
     losses, wanted = script.losses(output), script.losses(reference)
     assert max(losses) == STEPS
-    assert all(losses[step] == wanted[step] for step in losses), (losses, wanted)
-    for rank in (0, 1):
-        assert script.checksum(output, rank) == pytest.approx(
-            script.checksum(reference, rank), rel=1e-6
-        )
+    steps = sorted(losses)
+    tolerance = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS)
+    assert_within([losses[s] for s in steps], [wanted[s] for s in steps], tolerance, "losses")
+    checksums = [script.checksum(output, rank) for rank in (0, 1)]
+    expected = [script.checksum(reference, rank) for rank in (0, 1)]
+    assert_within(checksums, expected, tolerance, "the final weights' sums")
     assert job_info(job_id, cluster_env)["Restarts"] == "1"
