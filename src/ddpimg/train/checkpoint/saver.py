@@ -27,6 +27,7 @@ from ddpimg.train.checkpoint.files import (
     staging_name,
     write_marker,
 )
+from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.checkpoint.state import (
     LOOP_JSON,
     LOOP_PT,
@@ -35,7 +36,6 @@ from ddpimg.train.checkpoint.state import (
     LoopState,
     capture_rng,
     fingerprint,
-    load_tensors,
     restore_rng,
     rng_file,
 )
