@@ -53,6 +53,7 @@ def launch_local_workers(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from ddpimg import runtime
+    from ddpimg.runtime.store_auth import KEY_VARIABLE, new_key_hex
     from ddpimg.train.preemption import forward_to_children
 
     topo = plan.topology
@@ -71,6 +72,10 @@ def launch_local_workers(
     # loses their exit statuses; the preemption signals go to the workers instead, which
     # checkpoint and exit with status 75, and the agent reports that status.
     forward_to_children(preempt_signals)
+    if topo.world_size == 1:
+        # The only launcher: its workers share a store key through the environment
+        # (ddpimg.runtime.store_auth), which needs no collective.
+        os.environ.setdefault(KEY_VARIABLE, new_key_hex())
     port = runtime.rendezvous_port(plan)
     # The agent's log directory (workers' error files). Without one, torch makes a
     # /tmp/torchelastic_* directory per launch and leaves it behind; this one is removed.

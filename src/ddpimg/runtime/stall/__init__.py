@@ -61,16 +61,20 @@ def open_watch(
     on_fatal: Callable[[RankLostError], None] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> StallWatch | None:
-    """This rank's watch (not started), with a client of its own to the rendezvous store;
-    None when ``watch_enabled`` says no or the context has no store address."""
+    """This rank's watch (not started), with a client of its own to the rendezvous store
+    and the job's key for its records (``store_auth.shared_key``: collective unless
+    ``DDPIMG_STORE_KEY`` is set); None when ``watch_enabled`` says no or the context has no
+    store address."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public re-export
 
     from ddpimg.runtime.flight_recorder import dump_directory
+    from ddpimg.runtime.store_auth import RecordSeal, shared_key
 
     master, port = ctx.run_info.get("master_addr"), ctx.run_info.get("master_port")
     if not watch_enabled(env, ctx.world_size) or not master or not port:
         return None
     limits = StallLimits.for_timeout(ctx.timeout_s, ctx.backend)
+    seal = RecordSeal(shared_key(ctx.device, env))
     store = TCPStore(
         str(master),
         int(port),
@@ -78,7 +82,7 @@ def open_watch(
         timeout=timedelta(seconds=limits.store_s),
         wait_for_workers=False,
     )
-    board = Board(store, ctx.world_size, f"{master}:{port}", limits.store_s)
+    board = Board(store, ctx.world_size, f"{master}:{port}", limits.store_s, seal)
     return StallWatch(
         board,
         rank=ctx.rank,
