@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from ddpimg import __version__, exitcodes
 from ddpimg.errors import DdpimgError, report
+from ddpimg.optional import missing_package
 
 
 class CommandModule(Protocol):
@@ -102,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
         return report_error(err)
+    except ModuleNotFoundError as err:
+        missing = missing_package(err)
+        if missing is None:
+            raise
+        return report_error(missing)
 
 
 def train_main() -> int:

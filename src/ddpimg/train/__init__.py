@@ -127,10 +127,12 @@ def _record_failure(recorder: RunRecorder, err: BaseException) -> None:
 def _failure(err: BaseException) -> tuple[str, int, str]:
     """Status, exit status and message that manifest.json records for a failed run."""
     from ddpimg import exitcodes
+    from ddpimg.optional import missing_package
 
     code = exitcodes.for_error(err)
     if isinstance(err, KeyboardInterrupt):
         return "interrupted", code, "interrupted"
+    err = missing_package(err) or err
     if isinstance(err, DdpimgError):
         return "failed", code, str(err)
     if isinstance(err, SystemExit):
