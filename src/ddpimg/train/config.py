@@ -9,7 +9,6 @@ module imports neither the trainers nor the strategies, nor torch.
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
