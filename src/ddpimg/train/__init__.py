@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -86,6 +87,9 @@ def run_training(
             recorder.finish("preempted", exitcodes.PREEMPTED)
         return exitcodes.PREEMPTED
     except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            # A second Ctrl-C must not stop the manifest from recording the first.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if recorder is not None:
             _record_failure(recorder, err)
         raise
