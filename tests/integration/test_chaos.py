@@ -79,9 +79,11 @@ def logged_steps(out: Path) -> int:
 
 
 def hit(
-    out: Path, env: dict[str, str], mount: Path, fault: str, step: int, rng: random.Random
+    out: Path, env: dict[str, str], mount: Path, fault: tuple[str, int], rng: random.Random
 ) -> tuple[int, str]:
-    """Run the command, inject ``fault`` once ``step`` steps are logged; (status, stderr)."""
+    """Run the command, inject ``fault`` (kind, step) once that step is logged; (status,
+    stderr)."""
+    kind, step = fault
     proc = subprocess.Popen(
         [command("train"), *RUN, "--out", str(out)],
         env=env,
@@ -99,11 +101,11 @@ def hit(
     workers = sorted(child_pids(proc.pid))
     if proc.poll() is None and workers:
         victim = rng.choice(workers)
-        if fault in ("kill", "corrupt"):
+        if kind in ("kill", "corrupt"):
             os.kill(victim, signal.SIGKILL)
-        elif fault == "stop":
+        elif kind == "stop":
             os.kill(victim, signal.SIGSTOP)
-        elif fault == "term":
+        elif kind == "term":
             os.kill(proc.pid, signal.SIGTERM)
         else:
             used = os.statvfs(mount)
@@ -112,10 +114,10 @@ def hit(
         _, stderr = proc.communicate(timeout=RUN_GUARD_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"hang guard: the run outlived {RUN_GUARD_S:.0f} s after a {fault}")
-    if fault == "disk":
+        pytest.fail(f"hang guard: the run outlived {RUN_GUARD_S:.0f} s after a {kind}")
+    if kind == "disk":
         resize(mount, "64m")
-    if fault == "corrupt":
+    if kind == "corrupt":
         newest = candidates(out / CHECKPOINTS)
         if newest:
             model = newest[0] / "ddp" / "model.pt"
@@ -137,7 +139,7 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
     corrupted: list[str] = []
     for number in range(FAULT_COUNT):
         fault, step = rng.choice(FAULTS), rng.randrange(1, STEPS)
-        status, stderr = hit(out, run_env, disk, fault, step, rng)
+        status, stderr = hit(out, run_env, disk, (fault, step), rng)
         where = f"seed {seed}, fault {number} ({fault} at step {step})"
         assert status in DOCUMENTED, f"{where}: exit status {status}\n{stderr[-3000:]}"
         corrupted += re.findall(r"chaos: corrupted (\S+)", stderr)
