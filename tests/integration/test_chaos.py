@@ -44,9 +44,7 @@ RUN = [
 ]  # fmt: skip
 FAULTS = ("kill", "stop", "term", "disk", "corrupt")
 FAULT_COUNT = 3
-# The statuses README documents for a run that ends early: a user error (here the full
-# disk), a lost rank, preemption; 0 when the fault came after the run had finished.
-DOCUMENTED = {0, 2, 5, 75}
+README = Path(__file__).resolve().parents[2] / "README.md"
 # Hang guards (a run takes about 15 s here, a SIGSTOP about 20 s more).
 RUN_GUARD_S = 300.0
 MAX_ATTEMPTS = 4
@@ -68,6 +66,18 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 def resize(mount: Path, size: str) -> None:
     subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+
+
+def documented_statuses() -> set[int]:
+    """The statuses of README's "Exit statuses" table."""
+    section = README.read_text().split("## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
+    return {int(status) for status in re.findall(r"^\| `(\d+)` \|", section, re.MULTILINE)}
+
+
+def test_the_exit_status_table_documents_what_faults_end_with() -> None:
+    """The statuses a run hit by these faults ends with: a user error (the full disk), a
+    lost rank, preemption; 0 when the fault came after the run finished."""
+    assert {0, 2, 5, 75} <= documented_statuses()
 
 
 def logged_steps(out: Path) -> int:
@@ -133,6 +143,7 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
     seed = int(os.environ.get("DDPIMG_CHAOS_SEED", random.randrange(2**32)))
     print(f"chaos seed {seed} (replay: DDPIMG_CHAOS_SEED={seed})")
     rng = random.Random(seed)
+    documented = documented_statuses()
     reference = tmp_path / "reference"
     run([command("train"), *RUN, "--out", str(reference)], run_env, timeout=RUN_GUARD_S)
     out = disk / "run"
@@ -141,7 +152,7 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
         fault, step = rng.choice(FAULTS), rng.randrange(1, STEPS)
         status, stderr = hit(out, run_env, disk, (fault, step), rng)
         where = f"seed {seed}, fault {number} ({fault} at step {step})"
-        assert status in DOCUMENTED, f"{where}: exit status {status}\n{stderr[-3000:]}"
+        assert status in documented, f"{where}: exit status {status}\n{stderr[-3000:]}"
         corrupted += re.findall(r"chaos: corrupted (\S+)", stderr)
         for path in corrupted:
             assert f"resuming from {path} " not in stderr, f"{where}: loaded corrupt {path}"
