@@ -80,12 +80,19 @@ def test_the_exit_status_table_documents_what_faults_end_with() -> None:
     assert {0, 2, 5, 75} <= documented_statuses()
 
 
-def logged_steps(out: Path) -> int:
+def reached(out: Path, step: int, since: float) -> bool:
+    """Whether this run (metrics.jsonl rewritten after ``since``) logged ``step``: a resumed
+    run first keeps the lines up to its checkpoint, so an earlier step counts as reached as
+    soon as it starts."""
+    metrics = out / "metrics.jsonl"
     try:
-        lines = (out / "metrics.jsonl").read_text().splitlines()
+        if metrics.stat().st_mtime < since:
+            return False
+        lines = metrics.read_text().splitlines()
     except FileNotFoundError:
-        return 0
-    return sum(1 for line in lines if '"kind": "train"' in line)
+        return False
+    steps = [json.loads(line)["step"] for line in lines if '"kind": "train"' in line]
+    return bool(steps) and max(steps) >= step
 
 
 def hit(
@@ -94,6 +101,7 @@ def hit(
     """Run the command, inject ``fault`` (kind, step) once that step is logged; (status,
     stderr)."""
     kind, step = fault
+    began = time.time()
     proc = subprocess.Popen(
         [command("train"), *RUN, "--out", str(out)],
         env=env,
@@ -103,7 +111,7 @@ def hit(
         start_new_session=True,
     )
     deadline = time.monotonic() + RUN_GUARD_S
-    while logged_steps(out) < step and proc.poll() is None:
+    while not reached(out, step, began) and proc.poll() is None:
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"hang guard: step {step} not reached within {RUN_GUARD_S:.0f} s")
@@ -147,19 +155,22 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
     reference = tmp_path / "reference"
     run([command("train"), *RUN, "--out", str(reference)], run_env, timeout=RUN_GUARD_S)
     out = disk / "run"
+    # The checkpoint the last fault corrupted: the next run must skip it, not load it (a
+    # later run may write a new, valid one under the same name).
     corrupted: list[str] = []
     for number in range(FAULT_COUNT):
         fault, step = rng.choice(FAULTS), rng.randrange(1, STEPS)
         status, stderr = hit(out, run_env, disk, (fault, step), rng)
         where = f"seed {seed}, fault {number} ({fault} at step {step})"
         assert status in documented, f"{where}: exit status {status}\n{stderr[-3000:]}"
-        corrupted += re.findall(r"chaos: corrupted (\S+)", stderr)
         for path in corrupted:
             assert f"resuming from {path} " not in stderr, f"{where}: loaded corrupt {path}"
+        corrupted = re.findall(r"chaos: corrupted (\S+)", stderr)
     for _ in range(MAX_ATTEMPTS):
         finished = run([command("train"), *RUN, "--out", str(out)], run_env, check=False)
         for path in corrupted:
             assert f"resuming from {path} " not in finished.stderr, f"seed {seed}: {path}"
+        corrupted = []
         if finished.returncode == 0:
             break
     manifest = json.loads((out / "manifest.json").read_text())
