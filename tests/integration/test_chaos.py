@@ -164,11 +164,13 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
         where = f"seed {seed}, fault {number} ({fault} at step {step})"
         assert status in documented, f"{where}: exit status {status}\n{stderr[-3000:]}"
         for path in corrupted:
+            assert f"skipping checkpoint {path}: " in stderr, f"{where}: {path} not skipped"
             assert f"resuming from {path} " not in stderr, f"{where}: loaded corrupt {path}"
         corrupted = re.findall(r"chaos: corrupted (\S+)", stderr)
     for _ in range(MAX_ATTEMPTS):
         finished = run([command("train"), *RUN, "--out", str(out)], run_env, check=False)
         for path in corrupted:
+            assert f"skipping checkpoint {path}: " in finished.stderr, f"seed {seed}: {path}"
             assert f"resuming from {path} " not in finished.stderr, f"seed {seed}: {path}"
         corrupted = []
         if finished.returncode == 0:
