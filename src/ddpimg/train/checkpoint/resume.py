@@ -121,8 +121,8 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     manifest = config.out / MANIFEST
     try:
         earlier: Any = json.loads(manifest.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no earlier run (an --out that cannot be written is told apart later)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         earlier = None
     status = earlier.get("status") if isinstance(earlier, dict) else None

@@ -52,8 +52,13 @@ if TYPE_CHECKING:
     from ddpimg.train.strategies.base import Strategy
 
 
-# What torch.save's zip writer says when a write fails (it raises RuntimeError, not OSError).
-_TORCH_WRITE_FAILED = "PytorchStreamWriter failed writing"
+# What torch.save's zip writer says when a write fails (a RuntimeError without the errno;
+# measured on a full tmpfs: the first two, then the third from its cleanup).
+_TORCH_WRITE_FAILED = (
+    "PytorchStreamWriter failed writing",
+    "basic_ios::clear: iostream error",
+    "unexpected pos",
+)
 
 
 def write_failure(err: BaseException) -> str | None:
@@ -62,8 +67,8 @@ def write_failure(err: BaseException) -> str | None:
     CheckpointException; None for anything else (a collective failing is not one)."""
     if isinstance(err, OSError):
         return f"{err.strerror}: {err.filename}" if err.filename else str(err)
-    if isinstance(err, RuntimeError) and _TORCH_WRITE_FAILED in str(err):
-        return str(err).strip().splitlines()[-1]
+    if isinstance(err, RuntimeError) and any(mark in str(err) for mark in _TORCH_WRITE_FAILED):
+        return "torch.save could not write a file"
     if isinstance(err, CheckpointException):
         found = (write_failure(inner) for inner, _ in err.failures.values())
         return next((cause for cause in found if cause is not None), None)
@@ -132,10 +137,12 @@ class Checkpointer:
                 raise
             # A full disk (or quota): what was staged goes, so that the space it took is
             # back and nothing half-written remains; the checkpoints before stay intact.
+            free = shutil.disk_usage(self.root).free
             shutil.rmtree(staging, ignore_errors=True)
             raise DdpimgError(
-                f"checkpoint {final} could not be written ({cause}); its temporary folder "
-                "was removed, the earlier checkpoints are intact",
+                f"checkpoint {final} could not be written ({cause}; {free:,} bytes were free "
+                "on its file system); its temporary folder was removed, the earlier "
+                "checkpoints are intact",
                 hint="free space (or quota) on the file system of --out, or use another "
                 "--out; then run the same command again: --resume auto continues from the "
                 "last checkpoint",
