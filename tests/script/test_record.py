@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ddpimg.script.record import ScriptRecord, continues, previous_run
+from ddpimg.errors import DdpimgError
+from ddpimg.script.record import ScriptRecord, earlier_run
 
 
 def _start(out: Path, previous: dict[str, Any] | None = None) -> ScriptRecord:
@@ -43,28 +44,43 @@ def test_the_manifest_names_the_script_and_ends_with_the_status(tmp_path: Path) 
     assert _lines(out) == [{"kind": "train", "step": 1, "loss": 2.0}]
 
 
+def _earlier(out: Path, manifest: object) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("status", ["preempted", "failed", "running"])  # running: killed
+def test_a_run_continues_its_scripts_earlier_run_that_did_not_complete(
+    tmp_path: Path, status: str
+) -> None:
+    script = str(tmp_path / "mine.py")
+    earlier = {"script": {"path": script}, "status": status}
+    _earlier(tmp_path / "run", earlier)
+    assert earlier_run(tmp_path / "run", script, "auto") == earlier
+    assert earlier_run(tmp_path / "run", script, "none") is None  # starts over
+
+
+def test_no_earlier_run_is_a_new_run(tmp_path: Path) -> None:
+    assert earlier_run(tmp_path / "nothing-here", "mine.py", "auto") is None
+
+
 @pytest.mark.parametrize(
-    ("manifest", "expected"),
+    ("manifest", "described"),
     [
-        ({"script": {}, "status": "preempted"}, True),
-        ({"script": {}, "status": "failed"}, True),
-        ({"script": {}, "status": "running"}, True),  # killed at the time limit
-        ({"script": {}, "status": "completed"}, False),
-        ({"status": "preempted"}, False),  # a bundled trainer's run
+        ({"script": {"path": "/x/mine.py"}, "status": "completed"}, "a completed run of this"),
+        ({"script": {"path": "/x/other.py"}, "status": "failed"}, "a run of another script"),
+        ({"arguments": {"trainer": "mnist"}, "status": "preempted"}, "a run of a bundled trainer"),
+        ("not an object", "a run whose manifest.json cannot be read"),
     ],
 )
-def test_a_run_continues_one_that_did_not_complete(
-    tmp_path: Path, manifest: dict[str, Any], expected: bool
+def test_any_other_earlier_run_is_never_replaced_silently(
+    tmp_path: Path, manifest: object, described: str
 ) -> None:
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert continues(previous_run(tmp_path)) is expected
-
-
-def test_no_or_unreadable_manifest_is_no_previous_run(tmp_path: Path) -> None:
-    assert previous_run(tmp_path) is None
-    (tmp_path / "manifest.json").write_text("{not json")
-    assert previous_run(tmp_path) is None
-    assert not continues(None)
+    _earlier(tmp_path / "run", manifest)
+    with pytest.raises(DdpimgError, match=f"^--out {tmp_path}/run holds {described}") as info:
+        earlier_run(tmp_path / "run", "/x/mine.py", "auto")
+    assert info.value.hint == "use another --out, or --resume none to start over in this one"
+    assert earlier_run(tmp_path / "run", "/x/mine.py", "none") is None
 
 
 def test_a_continued_run_keeps_the_lines_and_rewinds_to_its_checkpoint(tmp_path: Path) -> None:
@@ -75,7 +91,7 @@ def test_a_continued_run_keeps_the_lines_and_rewinds_to_its_checkpoint(tmp_path:
     first.write({"kind": "eval", "step": 3, "loss": 9.0})
     first.finish("failed", 5)
     (out / "metrics.jsonl").open("a").write('{"kind": "train", "step": 4, "lo')  # cut short
-    previous = previous_run(out)
+    previous = earlier_run(out, str(tmp_path / "mine.py"), "auto")
     second = _start(out, previous)
     assert second.manifest["continues"]["status"] == "failed"
     assert [line["step"] for line in _lines(out)] == [1, 2, 3, 3]
@@ -95,7 +111,7 @@ def test_a_step_logged_again_replaces_the_lines_from_it_on(tmp_path: Path) -> No
     for step in (1, 2, 3, 4):
         first.write({"kind": "train", "step": step, "loss": float(step)})
     first.finish("preempted", 75)
-    second = _start(out, previous_run(out))
+    second = _start(out, earlier_run(out, str(tmp_path / "mine.py"), "auto"))
     second.write({"kind": "train", "step": 3, "loss": 33.0})
     second.write({"kind": "train", "step": 4, "loss": 44.0})
     assert [(line["step"], line["loss"]) for line in _lines(out)] == [

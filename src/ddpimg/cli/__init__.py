@@ -12,6 +12,7 @@ without argparse (``env_cmd.parse_plain``), whose own start-up costs more than t
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, cast
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 from ddpimg import __version__, exitcodes
 from ddpimg.errors import DdpimgError, report
+from ddpimg.optional import missing_package
 
 
 class CommandModule(Protocol):
@@ -106,6 +108,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
         return report_error(err)
+    except ModuleNotFoundError as err:
+        missing = missing_package(err)
+        if missing is None:
+            raise
+        return report_error(missing)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the documented status, not a traceback per rank; a second
+        # Ctrl-C while this process ends changes nothing.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(
+            f"ddpimg: interrupted (Ctrl-C); exit status {exitcodes.INTERRUPTED}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return exitcodes.INTERRUPTED
 
 
 def train_main() -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
-from ddpimg.errors import DdpimgError, RankLostError, report
+from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
 from ddpimg.script.options import ScriptOptions
 from ddpimg.script.runtime import ScriptPreempted, ScriptRuntime, activate
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ddpimg.script.record import ScriptRecord
 
 CONTINUING_KEY = "ddpimg/script/continuing"
+REFUSED = "refused"
 
 
 def _world() -> tuple[int, int, int]:
@@ -103,29 +104,62 @@ def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
     return store
 
 
-def _continuing(options: ScriptOptions, rank: int, store: Store | None) -> tuple[bool, Any]:
+def _job_key(options: ScriptOptions, store: Store, rank: int, world_size: int) -> bytes:
+    """The job's key for ddpimg's records in the store (``runtime.store_auth``):
+    ``DDPIMG_STORE_KEY``, else rank 0's, broadcast over a Gloo group of ddpimg's own."""
+    from ddpimg.runtime.store_auth import broadcast_key, key_from_env
+
+    key = key_from_env(os.environ)
+    return key if key is not None else broadcast_key(store, rank, world_size, options.timeout_s)
+
+
+def _continuing(
+    options: ScriptOptions, script: str, rank: int, store: Store | None, key: bytes | None
+) -> tuple[bool, Any]:
     """Whether this run continues the one in ``--out`` (rank 0 reads its manifest and tells
-    the others), and rank 0's reading of that manifest."""
-    from ddpimg.script.record import continues, previous_run
+    the others, sealed with the job's key), and rank 0's reading of that manifest. An
+    earlier run that must not be replaced is rank 0's DdpimgError, and the others'."""
+    from ddpimg.runtime.store_auth import RecordSeal
+    from ddpimg.script.record import earlier_run
 
-    previous = previous_run(Path(options.out)) if rank == 0 else None
-    if store is None:
-        return continues(previous), previous
     if rank == 0:
-        answer = continues(previous)
-        store.set(CONTINUING_KEY, "1" if answer else "0")
-        return answer, previous
+        try:
+            previous = earlier_run(Path(options.out), script, options.resume)
+        except DdpimgError:
+            if store is not None and key is not None:
+                store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, REFUSED))
+            raise
+        if store is not None and key is not None:
+            answer = "1" if previous is not None else "0"
+            store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, answer))
+        return previous is not None, previous
+    if store is None or key is None:
+        return False, None
     store.wait([CONTINUING_KEY], timedelta(seconds=options.timeout_s))
-    return store.get(CONTINUING_KEY) == b"1", None
+    answer_text = RecordSeal(key).open(CONTINUING_KEY, store.get(CONTINUING_KEY))
+    if answer_text is None:
+        raise RendezvousError(
+            f"rank {rank}: rank 0's word on whether this run continues the one in "
+            f"{options.out} does not carry the job's key: another process wrote it",
+            hint="someone else reaches the rendezvous port: see README 'Security and trust'",
+        )
+    if answer_text == REFUSED:
+        raise DdpimgError(
+            f"rank {rank}: rank 0 refused --out {options.out} (its error says why)",
+            hint="use another --out, or --resume none to start over in this one",
+        )
+    return answer_text == "1", None
 
 
-def _watch(options: ScriptOptions, rank: int, world_size: int) -> StallWatch | None:
+def _watch(
+    options: ScriptOptions, rank: int, world_size: int, key: bytes | None
+) -> StallWatch | None:
     import torch
 
     from ddpimg.plan import short_hostname
     from ddpimg.runtime.stall import watch_enabled, watch_store
 
-    if not options.watch or not watch_enabled(os.environ, world_size):
+    if key is None or not options.watch or not watch_enabled(os.environ, world_size):
         return None
     return watch_store(
         os.environ["MASTER_ADDR"],
@@ -135,6 +169,7 @@ def _watch(options: ScriptOptions, rank: int, world_size: int) -> StallWatch | N
         timeout_s=options.timeout_s,
         backend="nccl" if torch.cuda.is_available() else "gloo",
         host=short_hostname(),
+        key=key,
         script=True,
     )
 
@@ -209,9 +244,11 @@ class Boot:
         threads = _share_cpus(options, self.local_world_size)
         if options.master_via_mpi and not os.environ.get("MASTER_ADDR"):
             _publish_master(options)
+        key = None
         if self.world_size > 1:
             self.store = _meet(options, self.rank, self.world_size)
-        runtime.continuing, previous = _continuing(options, self.rank, self.store)
+            key = _job_key(options, self.store, self.rank, self.world_size)
+        runtime.continuing, previous = _continuing(options, path, self.rank, self.store, key)
         if self.rank == 0 and options.record:
             world = {
                 "world_size": self.world_size,
@@ -220,7 +257,7 @@ class Boot:
                 "omp_num_threads": threads,
             }
             runtime.record = _record(options, path, args, previous, world)
-        watch = _watch(options, self.rank, self.world_size)
+        watch = _watch(options, self.rank, self.world_size, key)
         if watch is not None:
             record = runtime.record
             if record is not None:

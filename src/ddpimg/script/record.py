@@ -7,10 +7,11 @@ launch plan, the world) and how it ended (status and exit status, ``rank_lost``,
 used (``outputs``: Hugging Face's ``output_dir``, Lightning's ``default_root_dir``) and the
 newest checkpoint they wrote that ddpimg was told of.
 
-A run in an ``--out`` whose last run did not complete (preempted, a rank lost, killed at
-the time limit) continues it: its metrics lines are kept (the summary excepted), and once
-the framework resumes from a checkpoint, the lines after that checkpoint's step are dropped
-(they will be logged again).
+A run of the same script in an ``--out`` whose last run did not complete (preempted, a rank
+lost, killed at the time limit) continues it: its metrics lines are kept (the summary
+excepted), and once the framework resumes from a checkpoint, the lines after that
+checkpoint's step are dropped (they will be logged again). Any other earlier run there is
+never replaced silently (``earlier_run``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.script.options import RESUME_NONE
 from ddpimg.trackers.settings import TrackerOptions
 from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
 from ddpimg.train.progress import Progress
@@ -36,19 +38,35 @@ if TYPE_CHECKING:
 COMPLETED = "completed"
 
 
-def previous_run(out: Path) -> dict[str, Any] | None:
-    """The manifest of the script run ``out`` already holds, or None (none, unreadable, or a
-    bundled trainer's)."""
+def earlier_run(out: Path, script: str, resume: str) -> dict[str, Any] | None:
+    """The run this one continues: the manifest of ``out``'s earlier run of the same script
+    when that did not complete (preempted, a rank lost, killed at the time limit); None for
+    a new run (no earlier run, or ``--resume none``). Any other earlier run is kept, with a
+    DdpimgError: this run would replace its manifest.json and metrics.jsonl."""
+    path = out / MANIFEST
     try:
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        earlier: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return manifest if isinstance(manifest, dict) and "script" in manifest else None
-
-
-def continues(previous: Mapping[str, Any] | None) -> bool:
-    """Whether a run in that directory continues the previous one: it did not complete."""
-    return previous is not None and previous.get("status") != COMPLETED
+    except (OSError, UnicodeDecodeError, ValueError):
+        earlier = None
+    if resume == RESUME_NONE:
+        return None
+    if not isinstance(earlier, dict):
+        described = "a run whose manifest.json cannot be read"
+    elif not isinstance(earlier.get("script"), dict):
+        described = f"a run of a bundled trainer ({earlier.get('arguments', {}).get('trainer')})"
+    elif earlier["script"].get("path") != os.path.abspath(script):
+        described = f"a run of another script ({earlier['script'].get('path')})"
+    elif earlier.get("status") == COMPLETED:
+        described = "a completed run of this script"
+    else:
+        return earlier
+    raise DdpimgError(
+        f"--out {out} holds {described} ({path}): this run would replace its manifest.json "
+        "and metrics.jsonl",
+        hint="use another --out, or --resume none to start over in this one",
+    )
 
 
 def _digest(path: str) -> str | None:
@@ -133,9 +151,10 @@ class ScriptRecord:
         log_to: Sequence[str] = (),
         tracker_options: TrackerOptions | None = None,
     ) -> ScriptRecord:
-        """Create ``out`` and write the "running" manifest; a continued run keeps the
-        previous run's metrics lines (summaries excepted). ``log_to``: the trackers that get
-        every line too (a continued run continues their runs)."""
+        """Create ``out`` and write the "running" manifest. ``previous``: the manifest of the
+        run this one continues (``earlier_run``), whose metrics lines are kept (summaries
+        excepted). ``log_to``: the trackers that get every line too (a continued run
+        continues their runs)."""
         manifest: dict[str, Any] = {
             "status": "running",
             "exit_status": None,
@@ -155,7 +174,7 @@ class ScriptRecord:
         }
         metrics = out / METRICS
         keep, kept = None, []
-        if previous is not None and continues(previous):
+        if previous is not None:
             manifest["continues"] = {
                 "status": previous.get("status"),
                 "started_utc": previous.get("started_utc"),

@@ -8,6 +8,7 @@ module imports neither the trainers nor the strategies, nor torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,9 @@ def _validate(config: TrainConfig) -> None:
         )
     _validate_checkpoint_flags(config)
     _validate_observability_flags(config)
-    if config.lr is not None and not config.lr > 0:
+    if config.lr is not None and not (math.isfinite(config.lr) and config.lr > 0):
         raise DdpimgError(
-            f"--lr must be positive, got {config.lr}",
+            f"--lr must be a positive number, got {config.lr}",
             hint="leave it out for the trainer's default (mnist's tutorial uses 1.0)",
         )
     if config.gamma is not None and not 0 < config.gamma <= 1:

@@ -10,10 +10,12 @@ a half-written manifest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -114,20 +116,36 @@ class MetricsWriter:
         self._stream = path.open("a" if keep_lines else "w", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._stream.write(json.dumps(record) + "\n")
-        self._stream.flush()
+        with self._writing():
+            self._stream.write(json.dumps(record) + "\n")
+            self._stream.flush()
         self.lines += 1
         if self.sink is not None:
             self.sink(record)
 
     def sync(self) -> int:
         """Make the lines written so far durable; returns how many there are."""
-        self._stream.flush()
-        os.fsync(self._stream.fileno())
+        with self._writing():
+            self._stream.flush()
+            os.fsync(self._stream.fileno())
         return self.lines
 
     def close(self) -> None:
-        self._stream.close()
+        """Close the file; a line that could not be written (a full disk) is dropped."""
+        with contextlib.suppress(OSError):
+            self._stream.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:
+            raise DdpimgError(
+                f"{self.path} could not be written ({err.strerror})",
+                hint="free space (or quota) on the file system of --out, or use another "
+                "--out; then run the same command again: --resume auto continues from the "
+                "last checkpoint",
+            ) from err
 
 
 class RunRecorder:
@@ -253,7 +271,16 @@ class RunRecorder:
         self.manifest |= {"status": status, "exit_status": exit_status, "ended_utc": utc_now()}
         if error is not None:
             self.manifest["error"] = error
-        write_json_atomic(self.out / MANIFEST, self.manifest)
+        try:
+            write_json_atomic(self.out / MANIFEST, self.manifest)
+        except OSError as err:
+            # Best effort: the run's own error (a full disk, often) is the one to report.
+            print(
+                f"ddpimg: warning: {self.out / MANIFEST} could not be finalised "
+                f"({err.strerror}); it still says status running",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.trackers is not None:
             self.trackers.finish(status, exit_status)
 

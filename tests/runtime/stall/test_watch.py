@@ -26,19 +26,22 @@ from ddpimg.runtime.stall.watch import (
     is_collective_failure,
     short_cause,
 )
+from ddpimg.runtime.store_auth import RecordSeal
 from tests.train.ranks import free_port
 
 GLOO_TIMEOUT = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed "
     "out waiting 2000ms for recv operation to complete"
 )
+# The job's key of these tests' records.
+SEAL = RecordSeal(b"k" * 32)
 # A heartbeat of 0.5 s, silent after 2 s.
 LIMITS = StallLimits.for_timeout(2.0, "gloo")
 
 
 def _watch(port: int, rank: int) -> StallWatch:
     client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
-    board = Board(client, 2, f"127.0.0.1:{port}", LIMITS.store_s)
+    board = Board(client, 2, f"127.0.0.1:{port}", LIMITS.store_s, SEAL)
     return StallWatch(board, rank=rank, host=f"host{rank}", limits=LIMITS, sentinel=False)
 
 
@@ -240,9 +243,10 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
 from ddpimg.runtime.stall import record
+from ddpimg.runtime.store_auth import RecordSeal
 port = int(sys.argv[1])
 server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-board = Board(server, 1, f"127.0.0.1:{port}", 5.0)
+board = Board(server, 1, f"127.0.0.1:{port}", 5.0, RecordSeal(bytes(32)))
 limits = StallLimits(1.0, 0.2, 2.0, 5.0, 0.5, 1.5)
 watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False,
                    on_fatal=lambda err: print("recorded", err.details["ranks"], flush=True))
@@ -316,15 +320,17 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
 from ddpimg.runtime.stall import record
+from ddpimg.runtime.store_auth import RecordSeal
 port, world, sleep_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+seal = RecordSeal(bytes(32))
 server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
 limits = StallLimits(1.0, 0.2, 1.0, 2.0, 0.5, 1.0)
 if world == 2:  # rank 1 reported once, then its process stopped
-    other = StallWatch(Board(server, 2, "", 2.0), rank=1, host="there", limits=limits,
+    other = StallWatch(Board(server, 2, "", 2.0, seal), rank=1, host="there", limits=limits,
                        sentinel=False, script=True)
     other.board.register()
     other.board.publish_bounded(other.record())
-board = Board(server, world, f"127.0.0.1:{port}", 2.0)
+board = Board(server, world, f"127.0.0.1:{port}", 2.0, seal)
 watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False, script=True)
 watch.start()
 watch.progress.enter(record.TRAIN, 7)

@@ -61,8 +61,12 @@ def open_watch(
     on_fatal: Callable[[RankLostError], None] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> StallWatch | None:
-    """This rank's watch (not started), with a client of its own to the rendezvous store;
-    None when ``watch_enabled`` says no or the context has no store address."""
+    """This rank's watch (not started), with a client of its own to the rendezvous store
+    and the job's key for its records (``store_auth.shared_key``: collective unless
+    ``DDPIMG_STORE_KEY`` is set); None when ``watch_enabled`` says no or the context has no
+    store address."""
+    from ddpimg.runtime.store_auth import shared_key
+
     master, port = ctx.run_info.get("master_addr"), ctx.run_info.get("master_port")
     if not watch_enabled(env, ctx.world_size) or not master or not port:
         return None
@@ -74,6 +78,7 @@ def open_watch(
         timeout_s=ctx.timeout_s,
         backend=ctx.backend,
         host=host,
+        key=shared_key(ctx.device, env),
         on_fatal=on_fatal,
         env=env,
     )
@@ -88,15 +93,18 @@ def watch_store(
     timeout_s: float,
     backend: str,
     host: str,
+    key: bytes,
     on_fatal: Callable[[RankLostError], None] | None = None,
     env: Mapping[str, str] = os.environ,
     script: bool = False,
 ) -> StallWatch:
     """The watch (not started) of ``rank`` over the rendezvous store at ``master:port``,
-    through a client of its own. ``script``: see ``StallWatch``."""
+    through a client of its own, its records sealed with the job's ``key``. ``script``:
+    see ``StallWatch``."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public re-export
 
     from ddpimg.runtime.flight_recorder import dump_directory
+    from ddpimg.runtime.store_auth import RecordSeal
 
     limits = StallLimits.for_timeout(timeout_s, backend, script=script)
     store = TCPStore(
@@ -106,7 +114,7 @@ def watch_store(
         timeout=timedelta(seconds=limits.store_s),
         wait_for_workers=False,
     )
-    board = Board(store, world_size, f"{master}:{port}", limits.store_s)
+    board = Board(store, world_size, f"{master}:{port}", limits.store_s, RecordSeal(key))
     return StallWatch(
         board,
         rank=rank,

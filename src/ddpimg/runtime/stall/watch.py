@@ -32,6 +32,8 @@ from ddpimg.runtime.stall.verdict import Verdict, describe, judge
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
 
+    from ddpimg.runtime.store_auth import RecordSeal
+
 T = TypeVar("T")
 
 STARTED_KEY: Final = "ddpimg/stall/started"
@@ -110,10 +112,15 @@ def bounded(call: Callable[[], T], timeout_s: float) -> T:
 class Board:
     """The ranks' records in the rendezvous store (one TCPStore client, one lock: the
     client is shared by the publisher thread and the judgement). Once an operation went
-    unanswered, the next ones give up at once: the store is not coming back."""
+    unanswered, the next ones give up at once: the store is not coming back. Every record
+    and verdict is sealed with the job's key (``ddpimg.runtime.store_auth``); one that does
+    not open is read as absent."""
 
-    def __init__(self, store: Store, world_size: int, address: str, op_timeout_s: float) -> None:
+    def __init__(
+        self, store: Store, world_size: int, address: str, op_timeout_s: float, seal: RecordSeal
+    ) -> None:
         self.store = store
+        self.seal = seal
         self.world_size = world_size
         self.address = address
         self.op_timeout_s = op_timeout_s
@@ -139,10 +146,16 @@ class Board:
         published meanwhile (publish_bounded) is never overwritten by an older one."""
         with self._lock:
             if current():
-                self.store.set(record_key(record.rank), record.to_text())
+                self._set(record_key(record.rank), record.to_text())
 
     def publish_bounded(self, record: ProgressRecord) -> None:
-        self._call(lambda: self.store.set(record_key(record.rank), record.to_text()))
+        self._call(lambda: self._set(record_key(record.rank), record.to_text()))
+
+    def _set(self, key: str, text: str) -> None:
+        self.store.set(key, self.seal.seal(key, text))
+
+    def _open(self, key: str, value: bytes | None) -> str | None:
+        return None if value is None else self.seal.open(key, value)
 
     def register(self) -> None:
         self._call(lambda: self.store.add(STARTED_KEY, 1))
@@ -156,9 +169,10 @@ class Board:
                 values: list[bytes | None] = list(self.store.multi_get(keys))
             else:  # multi_get would wait for the missing keys
                 values = [self.store.get(key) if self.store.check([key]) else None for key in keys]
+            texts = [self._open(key, value) for key, value in zip(keys, values, strict=True)]
             return {
-                rank: None if value is None else ProgressRecord.from_bytes(value)
-                for rank, value in enumerate(values)
+                rank: None if text is None else ProgressRecord.from_bytes(text.encode())
+                for rank, text in enumerate(texts)
             }
 
         return self._call(read)
@@ -170,14 +184,15 @@ class Board:
     def post(self, verdict: Verdict) -> None:
         import json
 
-        self._call(lambda: self.store.set(VERDICT_KEY, json.dumps(verdict.to_json())))
+        self._call(lambda: self._set(VERDICT_KEY, json.dumps(verdict.to_json())))
 
     def wait_verdict(self, timeout_s: float) -> Verdict | None:
         import json
 
         def wait() -> Verdict | None:
             self.store.wait([VERDICT_KEY], timedelta(seconds=timeout_s))
-            return Verdict.from_json(json.loads(self.store.get(VERDICT_KEY)))
+            text = self._open(VERDICT_KEY, self.store.get(VERDICT_KEY))
+            return None if text is None else Verdict.from_json(json.loads(text))
 
         try:
             return bounded(wait, timeout_s + self.op_timeout_s)
