@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import traceback
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +76,24 @@ def write_failure(err: BaseException) -> str | None:
     return None
 
 
+def _release_open_files(err: BaseException) -> None:
+    """Let go of the files a failed write left open. torch.save's zip writer closes its file
+    only when the writer is freed, and the frames of ``err``'s traceback (and of the
+    exceptions chained to it) hold it: a removed file keeps its blocks until then, and the
+    manifest written next would find the disk still full."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [err]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
+        if isinstance(current, CheckpointException):
+            pending += [inner for inner, _ in current.failures.values()]
+
+
 class Checkpointer:
     """The checkpoints of the run ``config`` in the world ``ctx``; ``recorder`` is rank 0's
     (None elsewhere), whose metrics.jsonl length each checkpoint records."""
@@ -137,12 +156,13 @@ class Checkpointer:
                 raise
             # A full disk (or quota): what was staged goes, so that the space it took is
             # back and nothing half-written remains; the checkpoints before stay intact.
-            free = shutil.disk_usage(self.root).free
+            _release_open_files(err)
             shutil.rmtree(staging, ignore_errors=True)
+            free = shutil.disk_usage(self.root).free
             raise DdpimgError(
-                f"checkpoint {final} could not be written ({cause}; {free:,} bytes were free "
-                "on its file system); its temporary folder was removed, the earlier "
-                "checkpoints are intact",
+                f"checkpoint {final} could not be written ({cause}); its temporary folder "
+                f"was removed, which left {free:,} bytes free on its file system; the "
+                "earlier checkpoints are intact",
                 hint="free space (or quota) on the file system of --out, or use another "
                 "--out; then run the same command again: --resume auto continues from the "
                 "last checkpoint",
