@@ -20,7 +20,20 @@ import pytest
 from tests.engines import opcache
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.slurm import LocalSlurm
-from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, summary, train_losses
+from tests.integration.runs import (
+    PYTHON,
+    QUICK_TRAIN,
+    command,
+    module_cwd,
+    run,
+    scratch_directories,
+    summary,
+    test_cwd,
+    train_losses,
+)
+
+# Autouse: every launcher starts in a directory of its own (tests.integration.runs).
+__all__ = ["module_cwd", "scratch_directories", "test_cwd"]
 
 OUTSIDE_PREFIXES = ("SLURM_", "OMPI_", "PMI")
 RUN_DEFAULTS = {

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,46 @@ def command(name: str) -> str:
     return found
 
 
+# Where runs started without a ``cwd`` work: one fresh directory each. A run's defaults
+# land in its working directory (``train --out`` is ``ddpimg-run`` there), and a run must
+# never find another test's run in it, nor write into the checkout the tests run from.
+_scratch: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_directories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's root of fresh working directories (``fresh_cwd``)."""
+    _scratch.append(tmp_path_factory.mktemp("cwd"))
+    yield _scratch[-1]
+    _scratch.pop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_cwd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Module fixtures' processes start in a directory of the module's own."""
+    yield from _inside(tmp_path_factory.mktemp("module-cwd"))
+
+
+@pytest.fixture(autouse=True)
+def test_cwd(tmp_path: Path) -> Iterator[Path]:
+    """A test's processes (run or Popen alike) start in its own tmp_path."""
+    yield from _inside(tmp_path)
+
+
+def _inside(directory: Path) -> Iterator[Path]:
+    before = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield directory
+    finally:
+        os.chdir(before)
+
+
+def fresh_cwd() -> Path:
+    """A new, empty working directory for one run."""
+    return Path(tempfile.mkdtemp(prefix="run-", dir=_scratch[-1] if _scratch else None))
+
+
 def run(
     cmd: Sequence[str],
     env: Mapping[str, str],
@@ -53,14 +95,15 @@ def run(
     check: bool = True,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run and, with ``check``, fail with the tails of both streams when the exit is non-zero."""
+    """Run and, with ``check``, fail with the tails of both streams when the exit is non-zero.
+    Without ``cwd`` the run starts in a fresh directory (``fresh_cwd``)."""
     proc = subprocess.run(
         list(cmd),
         env=dict(env),
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=cwd,
+        cwd=cwd or fresh_cwd(),
         check=False,
     )
     if check and proc.returncode != 0:

@@ -17,9 +17,17 @@ import pytest
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.netns import NamespaceCluster
 from tests.integration.conftest import deepspeed_env, run_env
-from tests.integration.runs import QUICK_TRAIN, command, run, train_losses
+from tests.integration.runs import (
+    QUICK_TRAIN,
+    command,
+    module_cwd,
+    run,
+    scratch_directories,
+    test_cwd,
+    train_losses,
+)
 
-__all__ = ["deepspeed_env", "run_env"]
+__all__ = ["deepspeed_env", "module_cwd", "run_env", "scratch_directories", "test_cwd"]
 
 NUM_NODES = 3
 PROFILES = Path(__file__).parent / "profiles"
