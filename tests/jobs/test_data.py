@@ -10,6 +10,7 @@ from ddpimg.cli.sbatch_cmd import prepare
 from ddpimg.errors import JobError
 from ddpimg.jobs import raise_for_errors
 from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.directives import SINGLE_QUOTED
 
 COMMON = ["--nodes", "2", "--time", "1:00:00", "--gpus-per-node", "4"]
 
@@ -39,13 +40,14 @@ def test_staged_data_is_copied_per_node_bound_and_removed(runtime: str, bind: st
     text = script("--runtime", runtime, "--stage-data", "/scratch/shards/")
     copy = (
         'export DDPIMG_DATA="${TMPDIR:-/tmp}/ddpimg-data-${SLURM_JOB_ID}"\n'
+        f"{SINGLE_QUOTED}\n"
         "srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c "
-        """'mkdir -p "$1" && cp -rp "$0"/. "$1"/' /scratch/shards "${DDPIMG_DATA}" || {"""
+        """'mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/' /scratch/shards "${DDPIMG_DATA}" || {"""
     )
     assert copy in text
     assert bind in text
     assert '--data "${DDPIMG_DATA}"' in text
-    cleanup = 'srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf "${DDPIMG_DATA}"'
+    cleanup = 'srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf -- "${DDPIMG_DATA}"'
     # Staging before the step, removal after it and before a requeue.
     assert text.index(copy) < text.index("step_pid=$!") < text.index(cleanup)
     assert text.index(cleanup) < text.index("scontrol requeue")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import shlex
 
 from ddpimg.jobs.command import TRAIN, TrainCommand
+from ddpimg.jobs.directives import SINGLE_QUOTED
 from ddpimg.jobs.findings import ERROR, Finding
 from ddpimg.jobs.spec import JobSpec
 
@@ -108,15 +109,18 @@ def staging_lines(spec: JobSpec) -> list[str]:
     if not spec.stage_data:
         return []
     source = shlex.quote(spec.stage_data.rstrip("/") or "/")
-    copy = shlex.quote('mkdir -p "$1" && cp -rp "$0"/. "$1"/')
+    # `--`: a directory whose name starts with a dash is not an option.
+    copy = shlex.quote('mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/')
     return [
         "# --stage-data: copy the dataset to each node's own disk once, before training;",
         "# cp -p keeps the modification times the dataset's index checks, so the copy needs",
         "# no new index. The step reads the copy, bound into the container at the same path.",
+        # local_dir may name variables of the node (ddpimg.shellpath), hence double quotes.
         f'export {STAGED}="{spec.local_dir}/ddpimg-data-${{SLURM_JOB_ID}}"',
+        SINGLE_QUOTED,
         f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
         f'bash -c {copy} {source} "${{{STAGED}}}" || {{',
-        f'    echo "ddpimg: staging {source} to ${{{STAGED}}} failed" >&2',
+        f"    printf 'ddpimg: staging %s to %s failed\\n' {source} \"${{{STAGED}}}\" >&2",
         "    exit 1",
         "}",
         "",
@@ -130,6 +134,6 @@ def cleanup_lines(spec: JobSpec) -> list[str]:
     return [
         "# Remove the staged copies: node-local space is not this job's alone.",
         f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
-        f'rm -rf "${{{STAGED}}}"',
+        f'rm -rf -- "${{{STAGED}}}"',
         "",
     ]

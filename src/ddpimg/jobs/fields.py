@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpimg.errors import JobError
+from ddpimg.shellpath import expandable_path_problem
 from ddpimg.site.container import DEFAULT_RUNTIME, RUNTIMES
 from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 from ddpimg.tomlfile import INTEGER, STRING, STRING_LIST, Kind
@@ -44,6 +45,12 @@ def _single_bind(text: str, where: str) -> None:
             f"{where}: {text!r} contains ',', which separates binds for apptainer",
             hint="give each bind on its own (--bind A --bind B)",
         )
+
+
+def _expandable_path(text: str, where: str) -> None:
+    problem = expandable_path_problem(text)
+    if problem is not None:
+        raise JobError(f"{where}: {problem}", hint="e.g. --local-dir '$LOCAL_SCRATCH'")
 
 
 def _sbatch_option(text: str, where: str) -> None:
@@ -240,9 +247,11 @@ FIELDS: tuple[Field, ...] = (
         "local_dir",
         str,
         "${TMPDIR:-/tmp}",
-        "node-local directory for --stage-data (expanded on the node: $VARIABLES allowed)",
+        "node-local directory for --stage-data (expanded on the node: $NAME, ${NAME} and "
+        "${NAME:-DEFAULT} allowed)",
         "DIR",
         from_profile=True,
+        check=_expandable_path,
     ),
     Field(
         "sbatch_options",

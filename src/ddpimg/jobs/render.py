@@ -7,7 +7,12 @@ why its line is there, so a reader on the cluster does not need this file.
 Shell quoting follows one rule: job-level values (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``)
 are expanded by the batch shell; per-task values (``SLURM_PROCID``, ``SLURM_NODEID``,
 ``SLURM_LOCALID``) exist only inside the step, so they sit in single quotes that reach each
-task's own shell. User-given words are quoted with :func:`shlex.quote`.
+task's own shell. Every value a user, a job file or a site profile gives is quoted for the
+shell it lands in with :func:`shlex.quote`, or refused where it must be one word of an
+``#SBATCH`` line (:mod:`ddpimg.jobs.fields`); a path expanded on the node (``--local-dir``)
+may hold only plain variables (:mod:`ddpimg.shellpath`). The scripts are shellcheck-clean
+(``tests/jobs/test_golden.py``), and ``tests/jobs/test_quoting.py`` renders every field
+with hostile values and runs the scripts with stub commands.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import textwrap
 from ddpimg import exitcodes
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
+from ddpimg.jobs.directives import SINGLE_QUOTED, TRAP_HANDLER
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
 from ddpimg.site.model import SiteProfile
@@ -162,12 +168,14 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         'step_pid=""',
         "interrupted=0",
         "cancelled=0",
+        TRAP_HANDLER,
         "forward_usr2() {",
         "    interrupted=1",
         '    echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2',
         "    # srun passes the signal on to every task of its step.",
         '    if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi',
         "}",
+        TRAP_HANDLER,
         "note_term() {",
         "    interrupted=1",
         "    cancelled=1",
@@ -260,7 +268,7 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
     ]
-    binding = [f"--cpu-bind={spec.cpu_bind}"] if spec.cpu_bind_applies else []
+    binding = ["--cpu-bind=" + shlex.quote(spec.cpu_bind)] if spec.cpu_bind_applies else []
     prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
     command = shell_words(
         TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node, data_word(spec)
@@ -280,5 +288,6 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
         *runtime.preamble,
         *comments,
         *runtime.comments,
+        SINGLE_QUOTED,
         CONTINUATION.join(" ".join(part) for part in parts),
     ]

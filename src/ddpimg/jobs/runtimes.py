@@ -32,7 +32,6 @@ the fabric's host paths, ``--bind``) the same way, and the node-local copy of
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from ddpimg.jobs.data import STAGED, image_bind, staged_bind
 from ddpimg.jobs.spec import JobSpec
 from ddpimg.site.fabric import split_bind
 from ddpimg.site.model import SiteProfile
+from ddpimg.tomlfile import toml_string
 from ddpimg.topology.slurm import SLURM_VARIABLES
 
 # Docker passes no host variables into a container: these are the ones ddpimg reads there.
@@ -68,7 +68,7 @@ def invocation(spec: JobSpec, profile: SiteProfile) -> Invocation:
     """How ``spec``'s tasks start the image on ``profile``'s site."""
     options = profile.container.options if spec.runtime == profile.container.runtime else ()
     render = _RENDERERS[spec.runtime]
-    return render(spec, profile, tuple(options))
+    return render(spec, profile, tuple(shlex.quote(option) for option in options))
 
 
 def _host_and_target(bind: str) -> str:
@@ -81,7 +81,7 @@ def _apptainer(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> I
     if spec.gpus_requested:
         words.append(flag)
     if spec.binds:
-        words += ["--bind", ",".join(spec.binds)]
+        words += ["--bind", shlex.quote(",".join(spec.binds))]
     for bind in (image_bind(spec), spec.stage_data and staged_bind(target_too=False)):
         if bind:
             words += ["--bind", bind]
@@ -173,14 +173,15 @@ def edf_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
     # An absolute path: the engine expands ${PWD}, the job's working directory.
     image = spec.image if spec.image.startswith("/") else "${PWD}/" + spec.image.removeprefix("./")
     lines = [
-        f"image = {json.dumps(image)}",
-        f"mounts = [{', '.join(json.dumps(mount) for mount in mounts)}]",
+        f"image = {toml_string(image)}",
+        f"mounts = [{', '.join(toml_string(mount) for mount in mounts)}]",
         'workdir = "${PWD}"',
     ]
     annotations = profile.container.annotations if spec.runtime == profile.container.runtime else ()
     if annotations:
         lines += ["", "[annotations]"]
-        lines += [f"{name} = {json.dumps(value)}" for name, value in annotations]
+        # Names are dotted bare keys (ddpimg.site.schema checks them): they need no quotes.
+        lines += [f"{name} = {toml_string(value)}" for name, value in annotations]
     return lines
 
 

@@ -80,7 +80,7 @@ class JobSpec:
     @property
     def step_nodes(self) -> str:
         """A step's ``srun --nodes=``: the nodes the job got, which a range leaves to Slurm."""
-        return "${SLURM_JOB_NUM_NODES}" if self.node_range else str(self.nodes)
+        return '"${SLURM_JOB_NUM_NODES}"' if self.node_range else str(self.nodes)
 
     @property
     def gpus_requested(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ddpimg.errors import DdpimgError
+from ddpimg.shellpath import expandable_path_problem
 from ddpimg.site.container import RUNTIMES
 from ddpimg.site.fabric import TRANSPORTS, check_binds, check_library_paths
 from ddpimg.site.master import check_master_template
@@ -22,6 +23,8 @@ from ddpimg.tomlfile import INTEGER, NUMBER, STRING, STRING_LIST, Kind, is_int
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# An annotation name is written as a TOML dotted key of bare keys into the script's EDF.
+_ANNOTATION_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\Z")
 MIN_PORT = 1024
 MAX_PORT = 65535
 
@@ -148,6 +151,21 @@ def _env_names(value: dict[str, str]) -> str | None:
     return None
 
 
+def _option_words(value: list[str]) -> str | None:
+    # Each entry is one word of the runtime's command line, quoted there as one.
+    for item in value:
+        if not item.startswith("-") or any(c.isspace() for c in item):
+            return f"'{item}' is not one option word (--name or --name=value, no whitespace)"
+    return None
+
+
+def _annotation_names(value: dict[str, str]) -> str | None:
+    for name in value:
+        if not _ANNOTATION_NAME.match(name):
+            return f"'{name}' is not a dotted name (letters, digits, '_' and '-' between dots)"
+    return None
+
+
 def _port_range(value: list[int]) -> str | None:
     low, high = value
     if not MIN_PORT <= low <= high <= MAX_PORT:
@@ -231,11 +249,11 @@ SCHEMA: dict[str, Key] = {
     "job.qos": Key(STRING, "job.qos"),
     "job.mem_per_gpu": Key(STRING, "job.mem_per_gpu", check=_slurm_memory),
     "job.cpu_bind": Key(STRING, "job.cpu_bind", check=_no_whitespace),
-    "job.local_dir": Key(STRING, "job.local_dir", check=_no_whitespace),
+    "job.local_dir": Key(STRING, "job.local_dir", check=expandable_path_problem),
     "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
     "container.image": Key(STRING, "container.image"),
-    "container.options": Key(STRING_LIST, "container.options", check=_no_empty_items),
-    "container.annotations": Key(STRING_TABLE, "container.annotations"),
+    "container.options": Key(STRING_LIST, "container.options", check=_option_words),
+    "container.annotations": Key(STRING_TABLE, "container.annotations", check=_annotation_names),
     "partitions": Key(LIMITS_TABLE, "partitions", check=_limits),
     "qos": Key(LIMITS_TABLE, "qos", check=_limits),
     "sources": Key(STRING_TABLE, "sources", check=_sources),

@@ -38,12 +38,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -61,6 +63,7 @@ trap note_term TERM
 # Rootless podman maps the container's uid 0 to you, so the run's files are yours; host
 # network and IPC for the rendezvous and shared memory.
 # --gpu: podman-hpc's module that binds the host's GPU driver and devices.
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     podman-hpc run --rm --gpu --network=host --ipc=host --user=0:0 --env 'SLURM_*' \
