@@ -36,7 +36,7 @@ def test_every_runtime_has_a_golden_file() -> None:
     starts = {
         "apptainer": "apptainer exec",
         "singularity": "singularity exec",
-        "podman-hpc": "podman-hpc run",
+        "podman-hpc": "podman-hpc shared-run",
         "pyxis": "--container-image=",
         "edf": '--environment="$edf"',
         "docker": "docker run",

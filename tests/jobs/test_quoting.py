@@ -76,7 +76,7 @@ FORMS = {"sbatch_options": "--comment={}", "fabric.binds": "/{}", "stage_data": 
 # The #SBATCH line of a field whose line is not --name=VALUE.
 DIRECTIVES = {"gpu_type": "--gres=gpu:{}:2", "sbatch_options": "{}"}
 STEP_PROGRAMS = ("apptainer", "singularity", "docker", "podman-hpc", "train")
-BASE_ARGS = ["--nodes", "2", "--time", "1:00:00", "--gpus-per-node", "2"]
+BASE_ARGS = ["--nodes", "2", "--time", "1:00:00", "--gpus-per-node", "2", "--cpus-per-task", "2"]
 COMMAND = ["train", "mnist", "--epochs", "1"]
 COMMAND_SLOTS = ("option", "argument", "script")
 

@@ -26,7 +26,7 @@ from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.directives import SINGLE_QUOTED, TRAP_HANDLER
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
-from ddpimg.site.model import SiteProfile
+from ddpimg.site.model import Limits, SiteProfile
 
 INDENT = "    "
 COMMENT_WIDTH = 90
@@ -119,8 +119,8 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
         f"#SBATCH --cpus-per-task={spec.cpus_per_slurm_task}",
     ]
     lines += _optional("time", spec.time)
-    lines += _optional("partition", spec.partition)
-    lines += _optional("qos", spec.qos)
+    lines += _noted("partition", spec.partition, profile.partitions)
+    lines += _noted("qos", spec.qos, profile.qos)
     lines += _optional("account", spec.account)
     lines += _optional("constraint", spec.constraint)
     lines += _optional("mem", spec.mem)
@@ -148,6 +148,27 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
 
 def _optional(name: str, value: str) -> list[str]:
     return [f"#SBATCH --{name}={value}"] if value else []
+
+
+def _noted(name: str, value: str, limits: tuple[tuple[str, Limits], ...]) -> list[str]:
+    """A partition's or QOS's line, after the site's note about it (the access it needs)."""
+    note = dict(limits)[value].note if value in dict(limits) else ""
+    return [*(_comment(f"{value}: {note}") if note else []), *_optional(name, value)]
+
+
+def _unset_lines(profile: SiteProfile) -> list[str]:
+    """The variables the site's srun must not inherit from the batch shell."""
+    names = profile.job.unset_env
+    if not names:
+        return []
+    return [
+        *_comment(
+            f"Site {profile.name}'s profile (job.unset_env): the training step's srun must not "
+            "inherit these from the batch shell; its [sources] say why."
+        ),
+        f"unset {' '.join(names)}",
+        "",
+    ]
 
 
 def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
@@ -186,6 +207,7 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "trap forward_usr2 USR2",
         "trap note_term TERM",
         "",
+        *_unset_lines(profile),
         *staging_lines(spec),
         *_step(spec, profile),
         "step_pid=$!",

@@ -23,6 +23,7 @@ from ddpimg.tomlfile import INTEGER, NUMBER, STRING, STRING_LIST, Kind, is_int
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # An annotation name is written as a TOML dotted key of bare keys into the script's EDF.
 _ANNOTATION_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\Z")
 MIN_PORT = 1024
@@ -63,6 +64,11 @@ def _slurm_memory(value: str) -> str | None:
     return None
 
 
+def _one_line(value: str) -> str | None:
+    # Written into the batch script as a comment: a line break would end the comment.
+    return "it contains a line break or control character" if _CONTROL.search(value) else None
+
+
 def _positive(value: int) -> str | None:
     return None if value >= 1 else f"{value} is not at least 1"
 
@@ -74,6 +80,7 @@ _LIMIT_KEYS: dict[str, tuple[Kind, Callable[[Any], str | None]]] = {
     "max_gpus": (INTEGER, _positive),
     "min_gpus_per_node": (INTEGER, _positive),
     "max_mem": (STRING, _slurm_memory),
+    "note": (STRING, _one_line),
 }
 
 
@@ -142,6 +149,10 @@ def _interface_names(value: list[str]) -> str | None:
         if not item or any(c.isspace() or c in ",=^" for c in item):
             return f"'{item}' is not an interface name (no spaces, ',', '=' or '^')"
     return None
+
+
+def _env_name_list(value: list[str]) -> str | None:
+    return _env_names(dict.fromkeys(value, ""))
 
 
 def _env_names(value: dict[str, str]) -> str | None:
@@ -223,6 +234,7 @@ SCHEMA: dict[str, Key] = {
     "site.description": Key(STRING, "description"),
     "site.status": Key(STRING, "status", choices=("active", "retired")),
     "site.status_note": Key(STRING, "status_note"),
+    "site.successor": Key(STRING, "successor", check=_valid_profile_name),
     "match.hostnames": Key(STRING_LIST, "match.hostnames", check=_no_empty_items),
     "match.slurm_cluster_names": Key(
         STRING_LIST, "match.slurm_cluster_names", check=_no_empty_items
@@ -250,6 +262,9 @@ SCHEMA: dict[str, Key] = {
     "job.mem_per_gpu": Key(STRING, "job.mem_per_gpu", check=_slurm_memory),
     "job.cpu_bind": Key(STRING, "job.cpu_bind", check=_no_whitespace),
     "job.local_dir": Key(STRING, "job.local_dir", check=expandable_path_problem),
+    "job.local_dir_kind": Key(STRING, "job.local_dir_kind", choices=("", "disk", "ram")),
+    "job.max_nodes": Key(INTEGER, "job.max_nodes", check=_at_least(1)),
+    "job.unset_env": Key(STRING_LIST, "job.unset_env", check=_env_name_list),
     "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
     "container.image": Key(STRING, "container.image"),
     "container.options": Key(STRING_LIST, "container.options", check=_option_words),

@@ -67,7 +67,8 @@ workdir = "${PWD}"
 
 [annotations]
 com.hooks.aws_ofi_nccl.enabled = "true"
-com.hooks.aws_ofi_nccl.variant = "cuda-dl"
+com.hooks.aws_ofi_nccl.variant = "cuda13"
+com.hooks.netstack.source = "host"
 EDF
 
 # The training step, in the background so that the traps above can run. srun is

@@ -11,6 +11,8 @@
 # CPUs per rank, for its data-loading workers.
 #SBATCH --cpus-per-task=72
 #SBATCH --time=12:00:00
+# gpularge: needs the project's access to gpularge: a 30-day trial requested in MyCSC,
+# during which a scalability test must be submitted to CSC
 #SBATCH --partition=gpularge
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.

@@ -57,7 +57,7 @@ trap note_term TERM
 # --stage-data: copy the dataset to each node's own disk once, before training;
 # cp -p keeps the modification times the dataset's index checks, so the copy needs
 # no new index. The step reads the copy, bound into the container at the same path.
-export DDPIMG_DATA="${TMPDIR:-/tmp}/ddpimg-data-${SLURM_JOB_ID}"
+export DDPIMG_DATA="/tmp/ddpimg-data-${SLURM_JOB_ID}"
 # shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c 'mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/' /scratch/gpfs/me/imagenet-shards "${DDPIMG_DATA}" || {
     printf 'ddpimg: staging %s to %s failed\n' /scratch/gpfs/me/imagenet-shards "${DDPIMG_DATA}" >&2

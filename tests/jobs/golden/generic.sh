@@ -10,7 +10,7 @@
 # GPUs requested the way site generic wants, and only that way.
 #SBATCH --gres=gpu:4
 # CPUs per rank, for its data-loading workers.
-#SBATCH --cpus-per-task=1
+#SBATCH --cpus-per-task=8
 #SBATCH --time=12:00:00
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.
@@ -62,7 +62,7 @@ trap note_term TERM
 # directory and $HOME are bound by default.
 # --nv makes the host's GPU driver visible inside.
 # shellcheck disable=SC2016  # the quoted words are for the shell of each task
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=1 \
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     apptainer exec --nv ddp.sif \
     train mnist --epochs 5 --global-batch-size 256 --site generic --out "runs/${SLURM_JOB_ID}" --resume auto &

@@ -64,7 +64,7 @@ trap note_term TERM
 # shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=6 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    apptainer exec --nv --bind /p/project,/p/scratch ddp-cu128.sif \
+    apptainer exec --nv --bind /p/project,/p/project1,/p/scratch ddp-cu128.sif \
     train mnist --epochs 5 --global-batch-size 256 --site hdfml --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Rendered by `ddpimg sbatch` for site local (Single machine (laptop, CI, Docker):
-# loopback only, Gloo). 2 nodes x 2 ranks on CPUs = 4 ranks: srun starts one task per
-# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
+# loopback only, Gloo). 1 node x 2 ranks on CPUs = 2 ranks: srun starts one task per rank.
+# Render it again rather than editing it: ddpimg checks the layout it writes.
 #SBATCH --job-name=ddpimg
-#SBATCH --nodes=2
+#SBATCH --nodes=1
 # One task per rank.
 #SBATCH --ntasks-per-node=2
 # No GPU request (--gpu-request none): the ranks run on CPUs.
@@ -59,7 +59,7 @@ trap note_term TERM
 # docker passes no host variables: --env names the ones ddpimg reads. Host network
 # and IPC for the rendezvous and shared memory; your user, so that you own the run.
 # shellcheck disable=SC2016  # the quoted words are for the shell of each task
-srun --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 \
+srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     docker run --rm --network=host --ipc=host --user="$(id -u):$(id -g)" \
     --env SLURM_JOB_ID --env SLURM_JOB_NODELIST --env SLURM_JOB_NUM_NODES --env SLURM_LOCALID \

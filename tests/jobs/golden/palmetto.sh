@@ -56,6 +56,10 @@ note_term() {
 trap forward_usr2 USR2
 trap note_term TERM
 
+# Site palmetto's profile (job.unset_env): the training step's srun must not inherit these
+# from the batch shell; its [sources] say why.
+unset SLURM_MEM_PER_CPU SLURM_MEM_PER_GPU
+
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
