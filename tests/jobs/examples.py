@@ -31,8 +31,8 @@ EXTRA: dict[str, list[str]] = {
     "generic": ["--gpus-per-node", "4", "--cpus-per-task", "8"],
     # Docker, CPU only, on the one machine there is.
     "local": ["--nodes", "1", "--gpu-request", "none", "--gpus-per-node", "2"],
-    # AMD GPUs: singularity --rocm. No ROCm image can be built here, so one is named.
-    "lumi": ["--image", "ddp-rocm.sif"],
+    # AMD GPUs: singularity --rocm, in LUMI's own PyTorch container with ddpimg beside it.
+    "lumi": ["--ddpimg-from", "/project/project_465000000/ddpimg"],
     "palmetto": ["--launch", "torchrun"],  # the origin tutorial's one launcher per node
     # Retired: rendered for their archives only.
     "puhti": ["--allow-retired"],

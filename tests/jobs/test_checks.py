@@ -337,16 +337,24 @@ def test_memory_over_the_partition_limit() -> None:
     ]
 
 
-def test_an_amd_site_without_a_buildable_image_stops_unless_one_is_named() -> None:
+def test_an_amd_site_runs_its_own_container_with_ddpimg_from_or_a_named_image() -> None:
     found = only(findings("lumi"))
+    assert found.level == ERROR
+    assert found.message.startswith("the site's image /appl/local/laifs/containers/")
+    assert found.message.endswith("is the site's own PyTorch container, which does not carry "
+                                  "ddpimg")  # fmt: skip
+    assert findings("lumi", ddpimg_from="/project/p/ddpimg") == []
+    assert findings("lumi", image="/project/p/my-rocm.sif") == []
+
+
+def test_ddpimgs_own_rocm_flavour_cannot_be_built() -> None:
+    found = only(findings("lumi", image=None, runtime="apptainer"))
     assert found.level == ERROR
     assert found.message == (
         "site lumi's MI250X need the rocm image (ddp-rocm.sif), which this project cannot build "
         "yet (no lock: its torch wheels come from an index the build machines cannot reach)"
     )
     assert found.hint.endswith("--gpu-request none --image ddp-cpu.sif")
-    assert findings("lumi", image="/project/p/my-rocm.sif") == []
-    assert findings("lumi", gpu_request="none", gpus_per_node=8) == []
 
 
 def test_a_per_task_cpu_binding_that_does_not_fit_the_tasks_is_not_rendered() -> None:

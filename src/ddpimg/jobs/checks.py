@@ -22,6 +22,7 @@ from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
 from ddpimg.jobs.data import check_data
 from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.flavour import default_image, flavour_mismatch, unbuildable
+from ddpimg.jobs.foreign import check_foreign
 from ddpimg.jobs.noderange import check_node_range
 from ddpimg.jobs.spec import DEFAULT, JobSpec, bind_entries, counted
 from ddpimg.site.container import FILE_IMAGE_FORMS, RUNTIMES
@@ -43,6 +44,7 @@ def check_job(
         *_check_cpus(spec, profile),
         *check_node_range(spec),
         *check_data(spec),
+        *check_foreign(spec, _site_image(spec, profile)),
         *_check_gpus(spec, profile),
         *_check_gpu_type(spec, profile),
         *_check_layout(spec),
@@ -412,9 +414,14 @@ def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
     return []
 
 
+def _site_image(spec: JobSpec, profile: SiteProfile) -> bool:
+    """Whether the job's image is the site's own container (``container.image_from``)."""
+    return profile.container.image_from == "site" and spec.source("image").startswith("site ")
+
+
 def _check_flavour(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
-    if spec.runtime == "none" or not spec.gpus_requested:
-        return []
+    if spec.runtime == "none" or not spec.gpus_requested or spec.ddpimg_from:
+        return []  # no image, or one that is not ddpimg's: no flavour of ddpimg's applies
     missing = unbuildable(profile.hardware)
     if missing and spec.source("image") == DEFAULT:
         return [

@@ -53,6 +53,15 @@ def _expandable_path(text: str, where: str) -> None:
         raise JobError(f"{where}: {problem}", hint="e.g. --local-dir '$LOCAL_SCRATCH'")
 
 
+def _absolute(text: str, where: str) -> None:
+    if text and (not text.startswith("/") or "," in text or ":" in text):
+        raise JobError(
+            f"{where}: {text!r} is not an absolute path without ',' and ':'",
+            hint="the tasks find it at the same path on every node (it is bound into the "
+            "container): give it from /",
+        )
+
+
 def _sbatch_option(text: str, where: str) -> None:
     if not text.startswith("-"):
         raise JobError(
@@ -242,6 +251,16 @@ FIELDS: tuple[Field, ...] = (
         "a dataset directory copied once per node to --local-dir before training (and removed "
         "after); train gets --data the copy",
         "DIR",
+    ),
+    Field(
+        "ddpimg_from",
+        str,
+        "",
+        "ddpimg installed for the --image (a virtual environment made with "
+        "--system-site-packages over its Python): the step runs DIR/bin/train in the image, "
+        "keeping the image's own environment",
+        "DIR",
+        check=_absolute,
     ),
     Field(
         "local_dir",

@@ -24,6 +24,7 @@ from ddpimg import exitcodes
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.directives import SINGLE_QUOTED, TRAP_HANDLER
+from ddpimg.jobs.foreign import entry_point, keep_words, srun_word, wrapper_lines
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
 from ddpimg.site.model import Limits, SiteProfile
@@ -156,6 +157,22 @@ def _noted(name: str, value: str, limits: tuple[tuple[str, Limits], ...]) -> lis
     return [*(_comment(f"{value}: {note}") if note else []), *_optional(name, value)]
 
 
+def _module_lines(profile: SiteProfile) -> list[str]:
+    """The modules the site's runtime needs in the batch shell (its container bindings)."""
+    job = profile.job
+    if not job.modules:
+        return []
+    return [
+        *_comment(
+            f"Site {profile.name}'s modules for its container runtime (job.modules): they set "
+            "the binds its containers need."
+        ),
+        *(f"module use {shlex.quote(path)}" for path in job.module_use),
+        f"module load {' '.join(shlex.quote(name) for name in job.modules)}",
+        "",
+    ]
+
+
 def _unset_lines(profile: SiteProfile) -> list[str]:
     """The variables the site's srun must not inherit from the batch shell."""
     names = profile.job.unset_env
@@ -208,6 +225,8 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "trap note_term TERM",
         "",
         *_unset_lines(profile),
+        *_module_lines(profile),
+        *wrapper_lines(spec),
         *staging_lines(spec),
         *_step(spec, profile),
         "step_pid=$!",
@@ -285,7 +304,7 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     line per part."""
     runtime = invocation(spec, profile)
     srun = [
-        "srun",
+        srun_word(spec),
         f"--nodes={spec.step_nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
@@ -293,8 +312,15 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     binding = ["--cpu-bind=" + shlex.quote(spec.cpu_bind)] if spec.cpu_bind_applies else []
     prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
     command = shell_words(
-        TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node, data_word(spec)
+        TrainCommand(spec.command),
+        spec.site,
+        spec.launch,
+        spec.ranks_per_node,
+        data_word(spec),
+        extra=keep_words(spec),
     )
+    if spec.ddpimg_from and command:
+        command[0] = shlex.quote(entry_point(spec.command[0], spec.ddpimg_from))
     parts = [srun]
     if binding or runtime.srun_options:
         parts.append([*binding, *runtime.srun_options])

@@ -36,6 +36,8 @@ class JobDefaults:
     local_dir_kind: str = ""  # "disk", "ram" (a copy there counts against memory), "" unknown
     max_nodes: int = 0  # the most nodes a job can span (local: 1, loopback); 0: no limit
     unset_env: tuple[str, ...] = ()  # variables the batch script unsets before srun
+    modules: tuple[str, ...] = ()  # modules the batch shell loads (its runtime's bindings)
+    module_use: tuple[str, ...] = ()  # module directories to `module use` first
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Container:
     image: str = ""  # the image reference; "" -> the flavour's name in the runtime's form
     options: tuple[str, ...] = ()  # extra options of the runtime's own command
     annotations: tuple[tuple[str, str], ...] = ()  # sorted; the edf runtime's [annotations]
+    image_from: str = ""  # "site": the image is the site's own, jobs need --ddpimg-from
 
 
 @dataclass(frozen=True)

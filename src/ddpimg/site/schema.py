@@ -162,6 +162,13 @@ def _env_names(value: dict[str, str]) -> str | None:
     return None
 
 
+def _words(value: list[str]) -> str | None:
+    for item in value:
+        if not item or any(c.isspace() or c < " " for c in item):
+            return f"'{item}' is not one word"
+    return None
+
+
 def _option_words(value: list[str]) -> str | None:
     # Each entry is one word of the runtime's command line, quoted there as one.
     for item in value:
@@ -265,9 +272,12 @@ SCHEMA: dict[str, Key] = {
     "job.local_dir_kind": Key(STRING, "job.local_dir_kind", choices=("", "disk", "ram")),
     "job.max_nodes": Key(INTEGER, "job.max_nodes", check=_at_least(1)),
     "job.unset_env": Key(STRING_LIST, "job.unset_env", check=_env_name_list),
+    "job.modules": Key(STRING_LIST, "job.modules", check=_words),
+    "job.module_use": Key(STRING_LIST, "job.module_use", check=check_library_paths),
     "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
     "container.image": Key(STRING, "container.image"),
     "container.options": Key(STRING_LIST, "container.options", check=_option_words),
+    "container.image_from": Key(STRING, "container.image_from", choices=("", "site", "ddpimg")),
     "container.annotations": Key(STRING_TABLE, "container.annotations", check=_annotation_names),
     "partitions": Key(LIMITS_TABLE, "partitions", check=_limits),
     "qos": Key(LIMITS_TABLE, "qos", check=_limits),
