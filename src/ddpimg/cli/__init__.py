@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a train gpt checkpoint as a Hugging Face GPT-2 model directory",
         "export_cmd",
     ),
+    "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
 }
 
 

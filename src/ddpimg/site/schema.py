@@ -112,7 +112,7 @@ LIMITS_TABLE = Kind(
     _to_limits,
     example='{ gpu = { max_time = "3-00:00:00" } }',
 )
-SOURCE_PREFIXES = ("https://", "unverified: ", "choice: ")
+SOURCE_PREFIXES = ("https://", "unverified: ", "choice: ", "probed: ")
 
 
 def _sources(value: dict[str, str]) -> str | None:
@@ -120,12 +120,12 @@ def _sources(value: dict[str, str]) -> str | None:
         if not source.startswith(SOURCE_PREFIXES) or source in SOURCE_PREFIXES:
             return (
                 f"sources.{key}: '{source}' is not a URL (https://...), "
-                "'unverified: WHY' or 'choice: WHY'"
+                "'unverified: WHY', 'choice: WHY' or 'probed: WHEN: HOW'"
             )
     return None
 
 
-def _valid_profile_name(value: str) -> str | None:
+def check_profile_name(value: str) -> str | None:
     if not value:
         return "it is empty"
     if not _PROFILE_NAME.match(value):
@@ -237,11 +237,11 @@ class Key(NamedTuple):
 
 
 SCHEMA: dict[str, Key] = {
-    "site.name": Key(STRING, "name", required=True, check=_valid_profile_name),
+    "site.name": Key(STRING, "name", required=True, check=check_profile_name),
     "site.description": Key(STRING, "description"),
     "site.status": Key(STRING, "status", choices=("active", "retired")),
     "site.status_note": Key(STRING, "status_note"),
-    "site.successor": Key(STRING, "successor", check=_valid_profile_name),
+    "site.successor": Key(STRING, "successor", check=check_profile_name),
     "match.hostnames": Key(STRING_LIST, "match.hostnames", check=_no_empty_items),
     "match.slurm_cluster_names": Key(
         STRING_LIST, "match.slurm_cluster_names", check=_no_empty_items
