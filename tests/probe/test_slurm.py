@@ -7,10 +7,12 @@ import pytest
 from ddpimg.probe.slurm import (
     Node,
     Partition,
+    Qos,
     parse_config,
     parse_gres,
     parse_nodes,
     parse_partitions,
+    parse_qos,
 )
 
 PARTITIONS = (
@@ -60,3 +62,12 @@ def test_gres_gpu_count_and_types(gres: str, expected: tuple[int, str]) -> None:
 def test_config_lines() -> None:
     text = "Configuration data as of ...\nClusterName             = ddpimgtest\nGresTypes = gpu\n"
     assert parse_config(text) == {"ClusterName": "ddpimgtest", "GresTypes": "gpu"}
+
+
+def test_qos_with_time_and_node_limits() -> None:
+    text = "normal|2-00:00:00|\ndebug|00:30:00|cpu=64,node=2\nlow||\n"
+    assert parse_qos(text) == [
+        Qos("normal", "2-00:00:00", 0),
+        Qos("debug", "00:30:00", 2),
+        Qos("low", "", 0),
+    ]

@@ -88,6 +88,12 @@ def _slurm_facts(found: Findings, slurm: SlurmFacts) -> list[Fact]:
         if partition.min_nodes > 1:
             limits["min_nodes"] = partition.min_nodes
         facts.append(Fact(f"partitions.{partition.name}", limits, read))
+    qos_read = found.probed("sacctmgr show qos")
+    for qos in slurm.qos:
+        limits = {"max_time": qos.max_time} if qos.max_time else {}
+        if qos.max_nodes:
+            limits["max_nodes"] = qos.max_nodes
+        facts.append(Fact(f"qos.{qos.name}", limits, qos_read))
     gpu_nodes = [node for node in slurm.nodes if node.gpus]
     chosen = _partition(slurm, gpu_nodes)
     if chosen:
@@ -193,6 +199,8 @@ def _attempts_by_form(found: Findings, form: str) -> list[Attempt]:
 
 
 def _interface_of(found: Findings, node: str, address: str) -> str:
+    if not address:
+        return ""
     for facts in found.nodes:
         if facts.node == node:
             for interface in facts.interfaces:

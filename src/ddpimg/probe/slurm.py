@@ -39,12 +39,20 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Qos:
+    name: str
+    max_time: str  # "" when not set
+    max_nodes: int  # 0 when not set
+
+
+@dataclass(frozen=True)
 class SlurmFacts:
     cluster_name: str
     gres_types: tuple[str, ...]
     partitions: tuple[Partition, ...]
     nodes: tuple[Node, ...]
     commands: tuple[str, ...]  # what was run, for the sources
+    qos: tuple[Qos, ...] = ()  # empty when the accounting database could not be read
 
 
 def parse_records(text: str) -> list[dict[str, str]]:
@@ -116,6 +124,18 @@ def parse_nodes(text: str) -> list[Node]:
     return nodes
 
 
+def parse_qos(text: str) -> list[Qos]:
+    """``sacctmgr --noheader --parsable2 show qos format=Name,MaxWall,MaxTRESPerJob``."""
+    found = []
+    for line in text.splitlines():
+        name, _, rest = line.partition("|")
+        wall, _, tres = rest.partition("|")
+        nodes = next((int(item[5:]) for item in tres.split(",") if item.startswith("node=")), 0)
+        if name:
+            found.append(Qos(name, wall, nodes))
+    return found
+
+
 def _items(value: str) -> tuple[str, ...]:
     """A comma list as scontrol prints it (``(null)`` for none)."""
     return tuple(item for item in value.split(",") if item not in ("", "(null)"))
@@ -168,10 +188,17 @@ def read_slurm(env: Mapping[str, str]) -> SlurmFacts:
     )
     config, partitions, nodes = (_run(argv, env) for argv in commands)
     settings = parse_config(config)
+    qos_command = ("sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                   "format=Name,MaxWall,MaxTRESPerJob")  # fmt: skip
+    try:  # where accounting is off or not readable, no QOS is known
+        qos = tuple(parse_qos(_run(qos_command, env)))
+    except DdpimgError:
+        qos = ()
     return SlurmFacts(
         cluster_name=settings.get("ClusterName", ""),
         gres_types=_items(settings.get("GresTypes", "")),
         partitions=tuple(parse_partitions(partitions)),
         nodes=tuple(parse_nodes(nodes)),
         commands=tuple(" ".join(argv) for argv in commands),
+        qos=qos,
     )

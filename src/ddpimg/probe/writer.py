@@ -42,9 +42,9 @@ def profile_text(facts: Sequence[Fact], command: str) -> str:
     tables: list[str] = []
     for fact in facts:
         section, _, key = fact.key.partition(".")
-        if section == "partitions":
+        if section in ("partitions", "qos"):
             limits = fact.value if isinstance(fact.value, dict) else {}
-            tables += ["", f"[partitions.{_key(key)}]"]
+            tables += ["", f"[{section}.{_key(key)}]"]
             tables += [f"{name} = {_value(item)}" for name, item in limits.items()]
             continue
         sections.setdefault(section, []).append(f"{key} = {_value(fact.value)}")
