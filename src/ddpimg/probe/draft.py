@@ -90,7 +90,7 @@ def _slurm_facts(found: Findings, slurm: SlurmFacts) -> list[Fact]:
         facts.append(Fact(f"partitions.{partition.name}", limits, read))
     qos_read = found.probed("sacctmgr show qos")
     for qos in slurm.qos:
-        limits: dict[str, object] = {"max_time": qos.max_time} if qos.max_time else {}
+        limits = {"max_time": qos.max_time} if qos.max_time else {}
         if qos.max_nodes:
             limits["max_nodes"] = qos.max_nodes
         facts.append(Fact(f"qos.{qos.name}", limits, qos_read))
