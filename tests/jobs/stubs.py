@@ -1,6 +1,6 @@
 """Stub commands to run a rendered batch script on one machine without Slurm or a container:
 ``srun`` records its words and runs its command as one task; the runtimes, ``train``,
-``scontrol`` and the file commands of data staging (``mkdir``, ``cp``, ``rm``) only record
+``scontrol``, ``module`` and the file commands of data staging (``mkdir``, ``cp``, ``rm``) only record
 theirs, so that no path a test makes up is ever created or removed. Every call is appended
 to one log (the argument count, then the words, NUL-separated), so a test sees each argument
 exactly as the shell passed it. ``DDPIMG_STUB_FAIL=NAME`` makes stub NAME exit 1.
@@ -28,7 +28,7 @@ SRUN = (
 FAIL_VAR = "DDPIMG_STUB_FAIL"
 RECORDER = RECORD + f'if [ "${{{FAIL_VAR}:-}}" = "${{0##*/}}" ]; then exit 1; fi\n'
 RECORDERS = ("apptainer", "singularity", "docker", "podman-hpc", "train", "ddpimg", "scontrol",
-             "mkdir", "cp", "rm")  # fmt: skip
+             "mkdir", "cp", "rm", "module")  # fmt: skip
 # A hang guard only: a script with stubs runs in well under a second.
 SCRIPT_TIMEOUT_S = 60
 

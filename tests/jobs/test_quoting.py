@@ -60,19 +60,20 @@ FIELD_LAYERS: dict[str, tuple[str, ...]] = {
     for name in (
         "gpu_type", "time", "partition", "qos", "account", "constraint", "mem", "cpu_bind",
         "job_name", "array", "output", "image", "binds", "data_image", "stage_data",
-        "local_dir", "sbatch_options", "command",
+        "local_dir", "sbatch_options", "command", "ddpimg_from",
     )
 } | {  # profile keys outside [job] that reach the script
     "fabric.binds": (PROFILE,), "container.options": (PROFILE,),
     "container.image": (PROFILE,), "container.annotations": (PROFILE,),
-    "site.description": (PROFILE,),
+    "site.description": (PROFILE,), "job.modules": (PROFILE,), "job.module_use": (PROFILE,),
 }  # fmt: skip
 # Fields whose value takes another path for each runtime; the others use apptainer.
 BY_RUNTIME = ("binds", "fabric.binds", "image", "container.image", "container.options",
               "stage_data")  # fmt: skip
 # A value keeps the form its field requires around the hostile part.
 FORMS = {"sbatch_options": "--comment={}", "fabric.binds": "/{}", "stage_data": "data/{}",
-         "container.options": "--x={}", "local_dir": "$TMPDIR/{}"}  # fmt: skip
+         "container.options": "--x={}", "local_dir": "$TMPDIR/{}", "ddpimg_from": "/{}",
+         "job.module_use": "/{}"}  # fmt: skip
 # The #SBATCH line of a field whose line is not --name=VALUE.
 DIRECTIVES = {"gpu_type": "--gres=gpu:{}:2", "sbatch_options": "{}"}
 STEP_PROGRAMS = ("apptainer", "singularity", "docker", "podman-hpc", "train")
@@ -147,7 +148,7 @@ def _profile_text(case: Case) -> str:
     if name == "annotations":
         sections["container.annotations"] = {_toml("com.example.hostile"): _toml(case.given)}
     else:
-        is_list = name in ("binds", "options")
+        is_list = name in ("binds", "options", "modules", "module_use")
         sections[section][name] = _toml([case.given] if is_list else case.given)
     return "".join(
         f"[{title}]\n" + "".join(f"{key} = {value}\n" for key, value in keys.items())
@@ -170,6 +171,8 @@ def sbatch_args(case: Case, work: Path) -> list[str]:
     args = ["sbatch", *BASE_ARGS, f"--runtime={case.runtime}"]
     if case.field == "local_dir":
         args.append("--stage-data=data")  # the node-local directory is used for staging
+    if case.field == "ddpimg_from":
+        args.append("--image=site.sif")  # ddpimg installed for an image of the site's
     if case.layer == PROFILE:
         (work / "hostile.toml").write_text(_profile_text(case))
         args.append(f"--site={work / 'hostile.toml'}")
@@ -234,6 +237,12 @@ def _check_outcome(case: Case, script: str, result: ScriptRun, work: Path) -> No
         assert f"{value}:/data:image-src=/" in step, step
     elif case.field == "command":
         assert value in step, step
+    elif case.field == "ddpimg_from":
+        assert value.rstrip("/") + "/bin/train" in step, step
+    elif case.field in ("job.modules", "job.module_use"):
+        verb = "load" if case.field == "job.modules" else "use"
+        modules = [call.argv for call in result.calls if call.program == "module"]
+        assert [verb, value] in modules, modules
     elif case.field == "cpu_bind":
         assert f"--cpu-bind={value}" in srun[-1], srun
     elif case.field == "stage_data":
