@@ -1,9 +1,10 @@
 """Stub commands to run a rendered batch script on one machine without Slurm or a container:
 ``srun`` records its words and runs its command as one task; the runtimes, ``train``,
-``scontrol``, ``module`` and the file commands of data staging (``mkdir``, ``cp``, ``rm``) only record
-theirs, so that no path a test makes up is ever created or removed. Every call is appended
-to one log (the argument count, then the words, NUL-separated), so a test sees each argument
-exactly as the shell passed it. ``DDPIMG_STUB_FAIL=NAME`` makes stub NAME exit 1.
+``scontrol``, ``module`` and the file commands of data staging (``mkdir``, ``cp``, ``rm``)
+only record theirs, so that no path a test makes up is ever created or removed. Every call
+is appended to one log (the argument count, then the words, NUL-separated), so a test sees
+each argument exactly as the shell passed it. ``DDPIMG_STUB_FAIL=NAME`` makes stub NAME
+exit 1.
 """
 
 from __future__ import annotations
