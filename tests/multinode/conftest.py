@@ -35,7 +35,7 @@ NO_INTERFACES_PROFILE = PROFILES / "nscluster-suffix-no-interfaces.toml"
 # ddpimg site probe must read them (tests/multinode/test_site_probe.py).
 DECLARED = DeclaredHardware(
     gres="gpu:a100:2",
-    gres_conf="AutoDetect=off\nName=gpu Type=a100 Count=2",
+    gres_conf="AutoDetect=off\nName=gpu Type=a100 File=/dev/null\nName=gpu Type=a100 File=/dev/zero",
     partitions=(("long", "MaxTime=2-00:00:00 MaxNodes=2"),),
 )
 # --timeout for runs that must work (4 ranks import torch on 2 shared cores before they
