@@ -31,11 +31,14 @@ SUFFIX_PROFILE = PROFILES / "nscluster-suffix.toml"
 # Master by "{node}i", collectives left to Gloo's choice (eth0, dropped).
 NO_INTERFACES_PROFILE = PROFILES / "nscluster-suffix-no-interfaces.toml"
 # What the cluster's slurm.conf declares beyond CPUs, as a GPU site's does: two GPUs of type
-# a100 a node (no devices behind them: the tests request no GRES) and a second partition.
-# ddpimg site probe must read them (tests/multinode/test_site_probe.py).
+# a100 a node and a second partition; ddpimg site probe must read them
+# (tests/multinode/test_site_probe.py). slurmd drains a node whose GPU GRES has no device file,
+# so two character devices stand in (no test requests the GRES).
 DECLARED = DeclaredHardware(
     gres="gpu:a100:2",
-    gres_conf="AutoDetect=off\nName=gpu Type=a100 File=/dev/null\nName=gpu Type=a100 File=/dev/zero",
+    gres_conf="AutoDetect=off\n"
+    "Name=gpu Type=a100 File=/dev/null\n"
+    "Name=gpu Type=a100 File=/dev/zero",
     partitions=(("long", "MaxTime=2-00:00:00 MaxNodes=2"),),
 )
 # --timeout for runs that must work (4 ranks import torch on 2 shared cores before they

@@ -33,21 +33,29 @@ def _run(argv: list[str], timeout: float, **options: object) -> str:
     return str(proc.stdout)
 
 
-def build_stock_image(work: Path) -> dict[str, str]:
-    """Make the image in a podman-hpc store under ``work``; podman-hpc's environment."""
+def build_stock_image(work: Path, store: Path) -> dict[str, str]:
+    """Make the image (its root file system under ``work``) in a podman-hpc store under
+    ``store``, a short path (podman limits its run root to 50 characters); podman-hpc's
+    environment."""
     rootfs = work / "rootfs"
     mirror = _run(["bash", str(REPO / "containers" / "debian-mirror.sh")], 60).strip()
     _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv",
           "bookworm", str(rootfs), mirror], DEBOOTSTRAP_TIMEOUT_S)  # fmt: skip
     _run([sys.executable, "-m", "pip", "install", "--quiet", "--only-binary=:all:",
           "--target", str(rootfs / SITE_PACKAGES), TORCH, "numpy"], PIP_TIMEOUT_S)  # fmt: skip
-    env = configure(work / "podman")
+    env = configure(store)
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     _run(["podman-hpc", "import", "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin",
           "-", TAG], PODMAN_TIMEOUT_S, stdin=tar.stdout, env=env)  # fmt: skip
     tar.wait(timeout=60)
     _run(["rm", "-rf", str(rootfs)], 300)
     return env
+
+
+def remove_store(env: dict[str, str]) -> None:
+    """Remove the store's images and containers (its directory is the caller's)."""
+    subprocess.run(["podman-hpc", "system", "reset", "--force"], env=env, capture_output=True,
+                   timeout=PODMAN_TIMEOUT_S, check=False)  # fmt: skip
 
 
 def install_ddpimg(env: dict[str, str], venv: Path, dist: Path) -> None:

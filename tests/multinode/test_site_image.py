@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from tests.engines.netns import NamespaceCluster
 from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, train_losses
 from tests.integration.test_sbatch import wait_for_end
 from tests.multinode.conftest import PROFILES, SHORT_NAME_PROFILE, TIMEOUT_S
-from tests.multinode.stock_image import TAG, build_stock_image, install_ddpimg
+from tests.multinode.stock_image import TAG, build_stock_image, install_ddpimg, remove_store
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.podman]
 
@@ -25,13 +27,19 @@ STEP_LIMIT_S = 600
 
 
 @pytest.fixture(scope="module")
-def site_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+def site_image(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, str], Path]]:
     """podman-hpc's environment with the stock image in its store, and the venv."""
     work = tmp_path_factory.mktemp("site-image")
-    env = build_stock_image(work)
-    venv = work / "ddpimg-venv"
-    install_ddpimg(env, venv, work / "dist")
-    return env, venv
+    with tempfile.TemporaryDirectory(prefix="ddpimg-stock-", ignore_cleanup_errors=True) as store:
+        env = build_stock_image(work, Path(store))
+        try:
+            venv = work / "ddpimg-venv"
+            install_ddpimg(env, venv, work / "dist")
+            yield env, venv
+        finally:
+            remove_store(env)
 
 
 def test_two_nodes_train_in_an_image_ddpimg_did_not_build(
