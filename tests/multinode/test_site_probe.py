@@ -7,7 +7,6 @@ type, every value citing how it was found; ``ddpimg doctor`` with it passes, and
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +30,8 @@ pytestmark = [
 ]
 
 TWO_NODES = ["srun", "--nodelist", "node1,node2"]
-# The probe's own wait for the other task (start-up of two Pythons on 2 shared cores).
+# A hang guard for the probe's wait for the other task: both started within seconds here.
 PROBE_TIMEOUT_S = 120
-STARTUP_ALLOWANCE_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +97,9 @@ def test_two_nodes_train_with_the_draft_as_one_process_where_generic_fails(
         out = tmp_path / "drafted"
         run([*train, "--site", str(draft), "--timeout", str(TIMEOUT_S), "--out", str(out)],
             cluster_env, timeout=RUN_LIMIT_S)  # fmt: skip
-        started = time.monotonic()
         generic_run = [*train, "--site", "generic", "--timeout", str(FAIL_TIMEOUT_S),
                        "--out", str(tmp_path / "generic")]  # fmt: skip
         generic = run(generic_run, cluster_env, timeout=RUN_LIMIT_S, check=False)
-        elapsed = time.monotonic() - started
     assert_close(train_losses(out), reference_losses, 1e-4, "drafted profile, 2 nodes x 2 ranks")
     assert generic.returncode == 3, generic.stderr
-    assert elapsed < FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S
     assert "could not reach rank 0's rendezvous store at node1:" in generic.stderr
