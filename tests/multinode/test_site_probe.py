@@ -103,3 +103,20 @@ def test_two_nodes_train_with_the_draft_as_one_process_where_generic_fails(
     assert_close(train_losses(out), reference_losses, 1e-4, "drafted profile, 2 nodes x 2 ranks")
     assert generic.returncode == 3, generic.stderr
     assert "could not reach rank 0's rendezvous store at node1:" in generic.stderr
+
+
+def test_on_the_login_node_slurm_is_read_and_the_network_is_a_question(
+    cluster: NamespaceCluster, cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Without tasks on other nodes the probe reads Slurm and marks what only two nodes can
+    tell as unverified, with the question and the command that measures it."""
+    path = tmp_path / "nslogin.toml"
+    run([command("ddpimg"), "site", "probe", "--out", str(path)], cluster_env, timeout=120)
+    profile = load_profile(path)
+    assert (profile.job.gpus_per_node, profile.job.gpu_type) == (2, "a100")
+    assert "long" in dict(profile.partitions)
+    assert source_of(profile, "network.master_addr").startswith(
+        "unverified: not measured (the probe ran on one node); run `srun -N2 "
+        "--ntasks-per-node 1 ddpimg site probe"
+    )
+    assert uncited(profile, profile.facts) == []
