@@ -167,3 +167,28 @@ def test_unwritable_output_is_named(tmp_path: Path) -> None:
     output = tmp_path / "missing" / "out.png"
     with pytest.raises(DdpimgError, match=rf"-o {output}: cannot write the plot"):
         plot_runs([run], output)
+
+
+def test_a_scripts_run_is_read_from_fractional_epochs_or_steps(tmp_path: Path) -> None:
+    """Hugging Face and Lightning scripts log fractional epochs and evaluations without
+    accuracy; a plain script may log steps only."""
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    lines = [
+        {"kind": "train", "step": 1, "epoch": 0.25, "loss": 3.0},
+        {"kind": "train", "step": 2, "epoch": 0.5, "loss": 2.0},
+        {"kind": "eval", "step": 2, "epoch": 0.5, "loss": 2.5, "runtime": 0.1},
+        {"kind": "summary", "world_size": 2, "steps": 2, "samples_per_s": 50.0},
+    ]
+    (hf / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = read_run(hf)
+    assert run.train == [(0.25, 3.0), (0.5, 2.0)]
+    assert run.eval[0][:2] == (0.5, 2.5)
+    assert numpy.isnan(run.eval[0][2])
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    steps = [{"kind": "train", "step": step, "loss": 1.0 / step} for step in (1, 2, 3)]
+    (plain / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in steps))
+    assert [x for x, _ in read_run(plain).train] == [1.0, 2.0, 3.0]
+    assert plot_runs([run, read_run(plain)], tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_SIGNATURE

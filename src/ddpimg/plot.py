@@ -12,6 +12,10 @@ is the summary's steady rate (warm-up steps left out) where the run had one, els
 overall rate; runs without a summary (unfinished) appear in the loss and accuracy panels
 only.
 
+A fifth panel appears when a run was profiled (``train --profile``): the mean time of a
+profiled step, split into the loop's phases (data, forward, backward, optimizer,
+collective, ...; ``ddpimg.trace_breakdown``), one bar per run and rank.
+
 Reading runs (``read_run``) and the scaling table (``scaling``) need no matplotlib;
 ``plot_runs`` imports it when called and renders with the Agg canvas, without pyplot.
 """
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.trace_breakdown import PHASES, StepBreakdown, read_breakdowns
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -35,14 +40,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Run:
     """What the plot takes from one ``train --out`` directory. ``train``: (epoch as a
-    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy);
-    ``samples_per_s``: None for a run without a summary line."""
+    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy: NaN when none);
+    ``samples_per_s``: None for a run without a summary line; ``breakdown``: the
+    profiled step's phases on each rank ([] when not profiled)."""
 
     path: Path
     world_size: int | None
     train: list[tuple[float, float]] = field(default_factory=list)
-    eval: list[tuple[int, float, float]] = field(default_factory=list)
+    eval: list[tuple[float, float, float]] = field(default_factory=list)
     samples_per_s: float | None = None
+    breakdown: list[StepBreakdown] = field(default_factory=list)
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -87,9 +94,15 @@ def _manifest_world_size(path: Path) -> int | None:
 
 def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None) -> list[float]:
     """Where each train line sits in epochs: step / steps per epoch when the summary says
-    how many steps an epoch has, else evenly spread over its epoch."""
+    how many steps an epoch has; the line's own epoch when it is fractional (a Hugging Face
+    or Lightning script's); else evenly spread over its epoch. A script that logs no epoch
+    (``ddpimg.log(step, loss=...)``) is placed by its step."""
     if steps_per_epoch:
         return [record["step"] / steps_per_epoch for record in train]
+    if any("epoch" not in record for record in train):
+        return [float(record["step"]) for record in train]
+    if any(not float(record["epoch"]).is_integer() for record in train):
+        return [float(record["epoch"]) for record in train]
     per_epoch = Counter(record["epoch"] for record in train)
     seen: Counter[int] = Counter()
     positions = []
@@ -97,6 +110,12 @@ def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None)
         seen[record["epoch"]] += 1
         positions.append(record["epoch"] - 1 + seen[record["epoch"]] / per_epoch[record["epoch"]])
     return positions
+
+
+def _accuracy(record: dict[str, Any]) -> float:
+    """An eval line's accuracy; NaN (not drawn) for a script that evaluates none."""
+    value = record.get("accuracy")
+    return float("nan") if value is None else float(value)
 
 
 def read_run(path: Path) -> Run:
@@ -115,11 +134,12 @@ def read_run(path: Path) -> Run:
         world_size=world_size,
         train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
         eval=[
-            (int(r["epoch"]), float(r["loss"]), float(r["accuracy"]))
+            (float(r.get("epoch", r.get("step", 0))), float(r["loss"]), _accuracy(r))
             for r in records
-            if r["kind"] == "eval"
+            if r["kind"] == "eval" and r.get("loss") is not None
         ],
         samples_per_s=float(rate) if rate else None,
+        breakdown=read_breakdowns(path),
     )
 
 
@@ -172,8 +192,14 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
             hint="pip install matplotlib (or ddpimg[plot])",
         ) from err
 
-    figure = Figure(figsize=(12, 8), layout="constrained")
-    loss_ax, accuracy_ax, rate_ax, efficiency_ax = figure.subplots(2, 2).flatten()
+    profiled = any(run.breakdown for run in runs)
+    figure = Figure(figsize=(12, 12 if profiled else 8), layout="constrained")
+    grid = figure.add_gridspec(3 if profiled else 2, 2)
+    loss_ax, accuracy_ax, rate_ax, efficiency_ax = (
+        figure.add_subplot(grid[row, column]) for row in (0, 1) for column in (0, 1)
+    )
+    if profiled:
+        _plot_breakdown(figure.add_subplot(grid[2, :]), runs)
     for order, (run, label) in enumerate(zip(runs, labels(runs), strict=True)):
         # Runs of one job on different topologies overlap (that is the point): earlier runs
         # are drawn wider, so each stays visible around the ones drawn over it.
@@ -185,7 +211,12 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
         else:
             color = None
         epochs = [epoch for epoch, _, _ in run.eval]
-        style = {"marker": "o", "markersize": 3 + 2 * width, "color": color, "linewidth": width}
+        style: dict[str, Any] = {
+            "marker": "o",
+            "markersize": 3 + 2 * width,
+            "color": color,
+            "linewidth": width,
+        }
         loss_ax.plot(
             epochs,
             [loss for _, loss, _ in run.eval],
@@ -233,3 +264,32 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
             hint="give a writable path ending in .png (or .pdf, .svg)",
         ) from err
     return figure
+
+
+def _plot_breakdown(axes: Any, runs: Sequence[Run]) -> None:
+    """Stacked horizontal bars: a profiled step's mean milliseconds per phase, a bar for
+    each rank of each profiled run."""
+    bars = [
+        (f"{label}, rank {item.rank}", item)
+        for run, label in zip(runs, labels(runs), strict=True)
+        for item in run.breakdown
+    ]
+    phases = [phase for phase in PHASES if any(phase in item.phases for _, item in bars)]
+    left = [0.0] * len(bars)
+    positions = range(len(bars))
+    for phase in phases:
+        widths = [1e3 * item.phases.get(phase, 0.0) for _, item in bars]
+        axes.barh(positions, widths, left=left, label=phase)
+        left = [start + width for start, width in zip(left, widths, strict=True)]
+    axes.scatter(
+        [1e3 * item.step_s for _, item in bars], positions, marker="|", s=400, color="black",
+        label="whole step", zorder=3,
+    )  # fmt: skip
+    axes.set_yticks(list(positions), [name for name, _ in bars])
+    axes.invert_yaxis()
+    axes.set(xlabel="ms per step", title="Step-time breakdown of the profiled steps (--profile)")
+    axes.legend(
+        fontsize="small", ncols=min(len(phases) + 1, 8), loc="upper center",
+        bbox_to_anchor=(0.5, -0.25),
+    )  # fmt: skip
+    axes.grid(True, axis="x", alpha=0.3)

@@ -10,7 +10,6 @@ mutate them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines import opcache
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.slurm import LocalSlurm
 from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, summary, train_losses
@@ -73,18 +73,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str])
 
 @pytest.fixture(scope="session")
 def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
-    """``run_env`` with a DeepSpeed op cache of this interpreter's own, already built.
-
-    DeepSpeed JIT-compiles its CPU communication op on first use (minutes on 2 busy cores)
-    into TORCH_EXTENSIONS_DIR, and compiles it again whenever the directory was last used
-    with other include paths (another virtual environment) or another ninja (PATH with or
-    without the venv's): the default ``~/.cache/torch_extensions`` is shared by all of
-    them. A directory per interpreter, built here once, keeps compiler runs out of every
-    test's timeout.
-    """
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    cache = Path.home() / ".cache" / "ddpimg-tests" / "torch_extensions" / key
-    env = run_env | {"TORCH_EXTENSIONS_DIR": str(cache)}
+    """``run_env`` with DeepSpeed's op cache (tests/engines/opcache.py) built, so that no
+    test's timeout includes the compiler's minutes."""
+    env = run_env | {opcache.VARIABLE: os.environ.get(opcache.VARIABLE, str(opcache.op_cache()))}
     build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     run([PYTHON, "-c", build], env, timeout=900)
     return env

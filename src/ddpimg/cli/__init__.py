@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export`` and ``train`` (==
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site`` and ``train`` (==
 ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -12,6 +12,7 @@ without argparse (``env_cmd.parse_plain``), whose own start-up costs more than t
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, cast
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 from ddpimg import __version__, exitcodes
 from ddpimg.errors import DdpimgError, report
+from ddpimg.optional import missing_package
 
 
 class CommandModule(Protocol):
@@ -48,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": (
         "write a train gpt checkpoint as a Hugging Face GPT-2 model directory",
         "export_cmd",
+    ),
+    "sync": (
+        "upload the W&B and MLflow runs train --log-to wrote offline (on a login node)",
+        "sync_cmd",
     ),
     "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
 }
@@ -103,6 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
         return report_error(err)
+    except ModuleNotFoundError as err:
+        missing = missing_package(err)
+        if missing is None:
+            raise
+        return report_error(missing)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the documented status, not a traceback per rank; a second
+        # Ctrl-C while this process ends changes nothing.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(
+            f"ddpimg: interrupted (Ctrl-C); exit status {exitcodes.INTERRUPTED}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return exitcodes.INTERRUPTED
 
 
 def train_main() -> int:

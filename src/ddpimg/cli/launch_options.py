@@ -50,11 +50,26 @@ def add_site_options(parser: argparse.ArgumentParser | Any) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help=f"rendezvous and collective timeout (default {DEFAULT_TIMEOUT_S:g})",
     )
+
+
+def positive_seconds(text: str) -> float:
+    """``--timeout``'s value: a finite number of seconds above 0 (0 or less would make every
+    collective fail at once, inf or nan never)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
 
 
 def add_local_rank_argument(parser: argparse.ArgumentParser | Any) -> None:

@@ -53,6 +53,7 @@ def launch_local_workers(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from ddpimg import runtime
+    from ddpimg.runtime.store_auth import KEY_VARIABLE, new_key_hex
     from ddpimg.train.preemption import forward_to_children
 
     topo = plan.topology
@@ -69,8 +70,14 @@ def launch_local_workers(
         os.environ.pop(name, None)
     # torch elastic's agent turns the signals it handles into a shutdown of the workers that
     # loses their exit statuses; the preemption signals go to the workers instead, which
-    # checkpoint and exit with status 75, and the agent reports that status.
-    forward_to_children(preempt_signals)
+    # checkpoint and exit with status 75, and Ctrl-C (SIGINT), on which they record status
+    # 130 and exit with it; the agent reports that status.
+    forwarded = [*preempt_signals, "INT"]
+    forward_to_children(forwarded)
+    if topo.world_size == 1:
+        # The only launcher: its workers share a store key through the environment
+        # (ddpimg.runtime.store_auth), which needs no collective.
+        os.environ.setdefault(KEY_VARIABLE, new_key_hex())
     port = runtime.rendezvous_port(plan)
     # The agent's log directory (workers' error files). Without one, torch makes a
     # /tmp/torchelastic_* directory per launch and leaves it behind; this one is removed.
@@ -87,7 +94,7 @@ def launch_local_workers(
         max_restarts=0,
         monitor_interval=0.5,
         signals_to_handle=",".join(
-            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in preempt_signals
+            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in forwarded
         ),
     )
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -52,6 +53,12 @@ def run_training(
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
+    if config.memory_snapshot and ctx.device.type != "cuda":
+        raise DdpimgError(
+            f"--memory-snapshot records the CUDA caching allocator, and this run is on "
+            f"{ctx.device.type}",
+            hint="drop --memory-snapshot on the CPU; --profile alone traces CPU runs",
+        )
     task = trainer.factory(config, ctx)
     strategy = strategy_spec.factory(config, ctx)
     watch = open_watch(ctx, short_hostname())
@@ -86,6 +93,9 @@ def run_training(
             recorder.finish("preempted", exitcodes.PREEMPTED)
         return exitcodes.PREEMPTED
     except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            # A second Ctrl-C must not stop the manifest from recording the first.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if recorder is not None:
             _record_failure(recorder, err)
         raise
@@ -127,10 +137,12 @@ def _record_failure(recorder: RunRecorder, err: BaseException) -> None:
 def _failure(err: BaseException) -> tuple[str, int, str]:
     """Status, exit status and message that manifest.json records for a failed run."""
     from ddpimg import exitcodes
+    from ddpimg.optional import missing_package
 
     code = exitcodes.for_error(err)
     if isinstance(err, KeyboardInterrupt):
         return "interrupted", code, "interrupted"
+    err = missing_package(err) or err
     if isinstance(err, DdpimgError):
         return "failed", code, str(err)
     if isinstance(err, SystemExit):
