@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, train_losses
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, command, run, train_losses
 from tests.integration.test_sbatch import wait_for_end
 from tests.multinode.conftest import PROFILES, SHORT_NAME_PROFILE, TIMEOUT_S
 from tests.multinode.stock_image import TAG, build_stock_image, install_ddpimg, remove_store
+from tests.noise import assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.podman]
 
@@ -72,4 +73,6 @@ def test_two_nodes_train_in_an_image_ddpimg_did_not_build(
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["versions"]["torch"] == IMAGE_TORCH  # the image's torch, not the host's
     assert manifest["distributed"]["world_size"] == 4
-    assert_close(train_losses(out), train_losses(reference), 1e-4, "2 nodes in the site image")
+    assert_within(
+        train_losses(out), train_losses(reference), QUICK_TOLERANCE, "2 nodes in the site image"
+    )
