@@ -18,7 +18,8 @@ from tests.engines.availability import (
 pytest_plugins = ["pytester"]
 
 MARKERS = (
-    "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode", "gpu",
+    "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode",
+    "shellcheck", "gpu",
 )  # fmt: skip
 
 

@@ -206,7 +206,8 @@ def build_plan(
     master_addr = _master_addr(topology, profile, notes)
     master_port = _master_port(topology, profile, notes)
 
-    keep_patterns = keep + parse_keep_list(env.get("DDPIMG_KEEP_ENV", "")) + profile.keep
+    flags = tuple(pattern for value in keep for pattern in parse_keep_list(value))
+    keep_patterns = flags + parse_keep_list(env.get("DDPIMG_KEEP_ENV", "")) + profile.keep
     clean = clean_environment(
         env,
         extra_remove=profile.remove,

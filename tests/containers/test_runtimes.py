@@ -108,7 +108,7 @@ def test_rendered_podman_hpc_step_runs_two_ranks(
     assert podman_hpc_store is not None  # made by conftest.py when podman is here
     podman_hpc = podman_hpc_store.wait()
     command = step_command(render("podman-hpc", image, tmp_path))
-    assert " podman-hpc run --rm --network=host --ipc=host --user=0:0 --env 'SLURM_*'" in command
+    assert " podman-hpc shared-run --network=host --ipc=host --user=0:0 --env 'SLURM_*'" in command
     job_id = str(51000 + os.getpid() % 10000)
     run_step(command, podman_hpc, tmp_path, job_id)
     check_two_ranks(tmp_path, job_id, reference)

@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync`` and ``train`` (==
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site`` and ``train`` (==
 ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "upload the W&B and MLflow runs train --log-to wrote offline (on a login node)",
         "sync_cmd",
     ),
+    "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
 }
 
 

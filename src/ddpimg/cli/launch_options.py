@@ -24,7 +24,8 @@ SITE_OPTIONS: dict[str, tuple[str, bool, str]] = {
     "--keep-env": (
         "PATTERN",
         True,
-        "host variable (fnmatch pattern) to keep in the training environment",
+        "host variable (fnmatch pattern; several comma-separated) to keep in the training "
+        "environment",
     ),
 }
 
