@@ -45,6 +45,8 @@ nox.options.reuse_venv = "yes"
 
 DEV_REQUIREMENTS = "requirements/dev.txt"
 TRAIN_REQUIREMENTS = "requirements/train.txt"
+# Every pytest run ends with its slowest tests: CI's log is where the time goes (issue 26).
+DURATIONS = "--durations=15"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
@@ -80,7 +82,7 @@ def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
     bin_dir = _stack(session)
     if engines:
         engine.install_engine_packages(session)
-    session.run(str(bin_dir / "pytest"), *args, *session.posargs, external=True)
+    session.run(str(bin_dir / "pytest"), DURATIONS, *args, *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")
@@ -173,7 +175,7 @@ def _image_tests(
     # ddpimg without the training stack: the tests only read what the images wrote.
     session.install("-e", ".", "-r", DEV_REQUIREMENTS)
     with images.images_built(session, builds, drop_build_stages or []):
-        session.run("pytest", tests, "-p", "no:cacheprovider", *session.posargs, env=env)
+        session.run("pytest", DURATIONS, tests, "-p", "no:cacheprovider", *session.posargs, env=env)
 
 
 @nox.session(default=False)
