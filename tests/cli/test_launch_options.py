@@ -46,3 +46,15 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2(command: str, timeout: 
         proc.stderr
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_train_names_itself_and_lists_no_empty_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ddpimg.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser("train", command_prog="train").parse_args(["train", "--help"])
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: train ")
+    assert "--backend {nccl,gloo}" in usage

@@ -22,10 +22,19 @@ def records(out: Path) -> list[dict[str, Any]]:
 
 
 def test_writes_metrics_and_manifest(
-    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+    ctx: DistContext,
+    make_config: Callable[..., TrainConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = make_config(out=tmp_path / "run", log_every=2)
     assert run_training(config, ctx) == 0
+    # The last line says where everything went (the final checkpoint included).
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ddpimg: completed; metrics: {config.out}/metrics.jsonl, "
+        f"manifest: {config.out}/manifest.json; checkpoints: {config.out}/checkpoints "
+        "(newest step-00000005)"
+    )
 
     lines = records(config.out)
     assert [(r["kind"], r.get("step", r.get("steps"))) for r in lines] == [

@@ -63,9 +63,12 @@ def command_module(name: str) -> CommandModule:
     return cast(CommandModule, importlib.import_module(f"ddpimg.cli.{COMMANDS[name][1]}"))
 
 
-def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    selected: str | None = None, command_prog: str | None = None
+) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s options are added (all of them when None), so that
-    running one command does not import the others."""
+    running one command does not import the others. ``command_prog``: the name ``selected``
+    was started by (its usage and errors say ``train``, not ``ddpimg train``)."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -76,15 +79,18 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ddpimg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, _) in COMMANDS.items():
+        names = {"prog": command_prog} if command_prog and name == selected else {}
         command_parser = sub.add_parser(
-            name, help=help_text, description=help_text, allow_abbrev=False
+            name, help=help_text, description=help_text, allow_abbrev=False, **names
         )
         if selected in (None, name):
             command_module(name).add_arguments(command_parser)
     return parser
 
 
-def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
+def parse_args(
+    selected: str | None, args: list[str], command_prog: str | None = None
+) -> argparse.Namespace:
     """``args`` parsed; ``selected`` is the command named first, if any."""
     if selected == "env":
         from ddpimg.cli import env_cmd
@@ -92,7 +98,7 @@ def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
         plain = env_cmd.parse_plain(args[1:])
         if plain is not None:
             return plain
-    return build_parser(selected).parse_args(args)
+    return build_parser(selected, command_prog).parse_args(args)
 
 
 def report_error(err: DdpimgError) -> int:
@@ -101,10 +107,12 @@ def report_error(err: DdpimgError) -> int:
     return exitcodes.for_error(err)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> int:
+    """``ddpimg ARGS``; ``command_prog`` names the console script that stands for the
+    command (``train``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     selected = args[0] if args and args[0] in COMMANDS else None
-    namespace = parse_args(selected, args)
+    namespace = parse_args(selected, args, command_prog)
     try:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
@@ -128,4 +136,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def train_main() -> int:
     """The ``train`` command: ``ddpimg train`` with the same arguments."""
-    return main(["train", *sys.argv[1:]])
+    return main(["train", *sys.argv[1:]], command_prog="train")

@@ -44,9 +44,9 @@ def add_site_options(parser: argparse.ArgumentParser | Any) -> None:
             parser.add_argument(option, metavar=metavar, help=help_text)
     parser.add_argument(
         "--backend",
-        default="",
-        choices=["", "nccl", "gloo"],
-        help="default: nccl on GPU, gloo on CPU",
+        default="",  # not a choice: "" is the profile's backend, else nccl on GPU, gloo on CPU
+        choices=["nccl", "gloo"],
+        help="default: the site's, else nccl on GPU, gloo on CPU",
     )
     parser.add_argument(
         "--timeout",

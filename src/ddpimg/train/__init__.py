@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError, RankLostError
@@ -102,7 +103,19 @@ def run_training(
     if recorder is not None:
         recorder.summary(summary.to_json())
         recorder.finish("completed", 0)
+        print(_where_it_went(recorder.out), file=sys.stderr, flush=True)
     return exitcodes.OK
+
+
+def _where_it_went(out: Path) -> str:
+    """The line a completed run ends with: where its record and checkpoints are."""
+    from ddpimg.run_files import MANIFEST, METRICS
+    from ddpimg.train.checkpoint.files import CHECKPOINTS
+
+    checkpoints = out / CHECKPOINTS
+    kept = sorted(path.name for path in checkpoints.glob("step-*")) if out.is_dir() else []
+    saved = f"; checkpoints: {checkpoints} (newest {kept[-1]})" if kept else ""
+    return f"ddpimg: completed; metrics: {out / METRICS}, manifest: {out / MANIFEST}{saved}"
 
 
 @contextlib.contextmanager
