@@ -140,6 +140,8 @@ def test_sigusr2_then_resume_gives_the_uninterrupted_losses(
     # The launcher gets the signal (as from kill or a batch system) and passes it on.
     stopped = stop_midway(cmd, run_env, tmp_path, lambda proc: proc.send_signal(signal.SIGUSR2))
     check_preempted(tmp_path, stopped)
+    # The workers said why they stopped; the agent's "failed (exitcode: 75)" is not added.
+    assert "failed (exitcode" not in stopped.stderr, stopped.stderr[-3000:]
     resumed = run(cmd, run_env, timeout=WAIT_S)  # --resume auto is the default
     assert "ddpimg: resuming from" in resumed.stderr
     check_resumed(tmp_path, reference)

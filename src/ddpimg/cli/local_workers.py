@@ -4,6 +4,7 @@ through torch.distributed.launcher's API (the same agent as torchrun), for ``tra
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -15,6 +16,24 @@ from ddpimg.plan import RANK_VARIABLES, LaunchPlan
 
 # The signals torch elastic's agent handles (its default) by shutting the workers down.
 ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+# Exit statuses a worker explains itself before it exits ("ddpimg: error: ...", "ddpimg:
+# preempted ...", "ddpimg: interrupted ..."): torch's agent's own line about them
+# ("failed (exitcode: 75) local_rank: 0 ...") would read as a second, worse failure.
+SELF_EXPLAINED = frozenset({
+    exitcodes.USAGE, exitcodes.RENDEZVOUS_FAILED, exitcodes.CHECK_FAILED,
+    exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED,
+})  # fmt: skip
+ELASTIC_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+
+
+class _ExplainedExits(logging.Filter):
+    """Drops the agent's "failed (exitcode: N)" record when N is in SELF_EXPLAINED; an
+    exit the worker did not explain (a crash, a signal, a script's own 1) keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        explained = args[:1] and args[0] in SELF_EXPLAINED
+        return not (str(record.msg).startswith("failed (exitcode: ") and explained)
 
 
 def strip_nproc(argv: Sequence[str]) -> list[str]:
@@ -97,6 +116,7 @@ def launch_local_workers(
             name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in forwarded
         ),
     )
+    logging.getLogger(ELASTIC_PROCESS_LOGGER).addFilter(_ExplainedExits())
     try:
         elastic_launch(config, sys.executable)(*program)
     except ChildFailedError as err:
