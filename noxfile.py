@@ -98,7 +98,14 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the unit tests (no launcher or engine started, GPU tests deselected)."""
     engine_dirs = ("--ignore=tests/integration", "--ignore=tests/multinode")
-    _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker)")
+    _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker or runbook)")
+
+
+@nox.session(name="runbook-dry-run", default=False, venv_backend="none")
+def runbook_dry_run(session: nox.Session) -> None:
+    """The GPU runbook's whole plan on the CPU at toy sizes, and its tests (before a GPU
+    session, and after a change to benchmarks/: about 5 minutes on 2 cores)."""
+    _pytest(session, "tests/benchmarks/test_gpu_runbook.py", "-m", "runbook")
 
 
 @nox.session(default=False, venv_backend="none")

@@ -1,6 +1,8 @@
 """The GPU runbook (benchmarks/gpu_runbook.py): its dry run, the same plan as on a GPU run on
-the CPU at toy sizes, every part in one process (what CI checks of it: no GPU here); and its
-pure pieces: the budget, the summary's limit, the step and cell selection, the comparisons.
+the CPU at toy sizes, every part in one process (marked ``runbook``: about 5 minutes, so
+`nox -s runbook-dry-run` runs it, before a GPU session and after a change to benchmarks/,
+and the unit session leaves it out); and its pure pieces: the budget, the summary's limit,
+the step and cell selection, the comparisons.
 
 No verdict here depends on the machine's speed: the dry run's budget and its commands'
 limits are hang guards (gpu_runbook.py's DRY_RUN_*), and so is DRY_RUN_GUARD_S below."""
@@ -69,6 +71,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
 
 
 @pytest.mark.parametrize("part", PARTS)
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_dry_run_runs_every_step_of_the_plan(dry_run: DryRun, part: int) -> None:
@@ -83,6 +86,7 @@ def test_the_dry_run_runs_every_step_of_the_plan(dry_run: DryRun, part: int) -> 
             assert row["status"] == "pass" or row["detail"].startswith(NO_GPU), row
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_every_sampled_cell_resumed_and_repeated_bitwise(dry_run: DryRun) -> None:
@@ -102,6 +106,7 @@ def test_every_sampled_cell_resumed_and_repeated_bitwise(dry_run: DryRun) -> Non
         assert loss_falls(record["losses"])
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_flight_record_names_the_rank_that_never_joined(dry_run: DryRun) -> None:
@@ -112,6 +117,7 @@ def test_the_flight_record_names_the_rank_that_never_joined(dry_run: DryRun) -> 
     assert len(stuck["rank_0"]) == 1
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_tables_hold_every_row_and_the_summary_fits(dry_run: DryRun) -> None:
