@@ -79,9 +79,12 @@ def build_parser(
     parser.add_argument("--version", action="version", version=f"ddpimg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, _) in COMMANDS.items():
-        names = {"prog": command_prog} if command_prog and name == selected else {}
         command_parser = sub.add_parser(
-            name, help=help_text, description=help_text, allow_abbrev=False, **names
+            name,
+            help=help_text,
+            description=help_text,
+            allow_abbrev=False,
+            prog=command_prog if name == selected else None,  # None: "ddpimg NAME"
         )
         if selected in (None, name):
             command_module(name).add_arguments(command_parser)
