@@ -128,14 +128,27 @@ def test_a_node_range_job_that_loses_a_node_requeues_and_finishes_on_the_other(
     for name in two:
         _set_state(cluster_env, name, "resume")
 
-    wait_until("the first checkpoint", lambda: bool(candidates(out / CHECKPOINTS)), KILL_LIMIT_S)
-    found = _rank_process(job_id, 1)
-    assert found is not None, f"rank 1's training process not found:\n{_job_processes(job_id)}"
-    victim, node = found
+    # Rank 1's process is found while the job starts, so that the kill follows the first
+    # checkpoint by one poll, however fast the steps come.
+    found: list[tuple[int, str]] = []
+
+    def rank_1_runs() -> bool:
+        found[:] = [hit] if (hit := _rank_process(job_id, 1)) else []
+        return bool(found)
+
+    try:
+        wait_until("rank 1 runs", rank_1_runs, KILL_LIMIT_S)
+    except AssertionError as err:
+        raise AssertionError(f"{err}:\n{_job_processes(job_id)}") from err
+    victim, node = found[0]
     assert node in two, node
-    _set_state(cluster_env, node, "drain")  # taken out: the requeued job cannot get it
+    deadline = time.monotonic() + KILL_LIMIT_S
+    while not candidates(out / CHECKPOINTS):
+        assert time.monotonic() < deadline, f"no checkpoint within {KILL_LIMIT_S:g} s"
+        time.sleep(0.05)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
+    _set_state(cluster_env, node, "drain")  # taken out: the requeued job cannot get it
 
     # Requeued: back to the script's own minimum, on the node that is left (the others
     # stay drained).
