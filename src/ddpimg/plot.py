@@ -10,7 +10,10 @@ else manifest.json), plus its directory name where two runs share one; runs over
 the trajectory does not depend on the topology, so earlier runs are drawn wider. Throughput
 is the summary's steady rate (warm-up steps left out) where the run had one, else its
 overall rate; runs without a summary (unfinished) appear in the loss and accuracy panels
-only.
+only. Where the runs' ranks computed with different numbers of CPU threads (the manifest's
+``run_info.cpu_threads``: one process gets the whole machine, two get half each), the
+efficiency compares unequal shares of the CPU and can pass 100%: ``threads_caveat`` says so,
+on the panel and on the command's output.
 
 A fifth panel appears when a run was profiled (``train --profile``): the mean time of a
 profiled step, split into the loop's phases (data, forward, backward, optimizer,
@@ -42,7 +45,8 @@ class Run:
     """What the plot takes from one ``train --out`` directory. ``train``: (epoch as a
     fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy: NaN when none);
     ``samples_per_s``: None for a run without a summary line; ``breakdown``: the
-    profiled step's phases on each rank ([] when not profiled)."""
+    profiled step's phases on each rank ([] when not profiled); ``cpu_threads``: a CPU
+    rank's intra-op threads (None: a GPU run, or not recorded)."""
 
     path: Path
     world_size: int | None
@@ -50,6 +54,7 @@ class Run:
     eval: list[tuple[float, float, float]] = field(default_factory=list)
     samples_per_s: float | None = None
     breakdown: list[StepBreakdown] = field(default_factory=list)
+    cpu_threads: int | None = None
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -83,13 +88,15 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _manifest_world_size(path: Path) -> int | None:
+def _manifest_int(path: Path, section: str, key: str) -> int | None:
+    """``manifest.json``'s ``section.key`` when it is an integer; None when absent or bad
+    (a plot does without it)."""
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        size = manifest["distributed"]["world_size"]
+        value = manifest[section][key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return size if isinstance(size, int) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None) -> list[float]:
@@ -125,7 +132,7 @@ def read_run(path: Path) -> Run:
     summary = summaries[-1] if summaries else {}
     world_size = summary.get("world_size")
     if not isinstance(world_size, int):
-        world_size = _manifest_world_size(path)
+        world_size = _manifest_int(path, "distributed", "world_size")
     train = [record for record in records if record["kind"] == "train"]
     positions = _fractional_epochs(train, summary.get("steps_per_epoch"))
     rate = summary.get("steady_samples_per_s") or summary.get("samples_per_s")
@@ -140,6 +147,7 @@ def read_run(path: Path) -> Run:
         ],
         samples_per_s=float(rate) if rate else None,
         breakdown=read_breakdowns(path),
+        cpu_threads=_manifest_int(path, "run_info", "cpu_threads"),
     )
 
 
@@ -178,6 +186,28 @@ def scaling(runs: Sequence[Run]) -> list[ScalingPoint]:
     base_world, base_rate = measured[0]
     per_process = base_rate / base_world
     return [ScalingPoint(world, rate, rate / (world * per_process)) for world, rate in measured]
+
+
+def threads_caveat(runs: Sequence[Run]) -> str | None:
+    """A note when the runs the scaling panels compare had different CPU threads per
+    process; None when they had the same (or it is not known)."""
+    threads: dict[int, set[int]] = {}
+    for run in runs:
+        if run.world_size is not None and run.samples_per_s is not None and run.cpu_threads:
+            threads.setdefault(run.world_size, set()).add(run.cpu_threads)
+    if len({count for counts in threads.values() for count in counts}) < 2:
+        return None
+    listed = "; ".join(
+        f"{world} process{'' if world == 1 else 'es'}: "
+        + "/".join(str(count) for count in sorted(counts))
+        + f" thread{'' if counts == {1} else 's'}"
+        for world, counts in sorted(threads.items())
+    )
+    return (
+        f"the runs' processes had different CPU threads ({listed}), so scaling efficiency "
+        "compares unequal shares of the CPU and can pass 100%; give every run the same "
+        "OMP_NUM_THREADS to compare processes alone"
+    )
 
 
 def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
@@ -247,7 +277,12 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
         for axes in (rate_ax, efficiency_ax):
             axes.text(0.5, 0.5, "no finished run", ha="center", transform=axes.transAxes)
     rate_ax.set(xlabel="processes", ylabel="samples/s", title="Throughput")
-    efficiency_ax.set(xlabel="processes", ylabel="efficiency (%)", title="Scaling efficiency")
+    caveat = threads_caveat(runs)
+    efficiency_ax.set(
+        xlabel="processes",
+        ylabel="efficiency (%)",
+        title="Scaling efficiency" + (" (threads per process differ)" if caveat else ""),
+    )
     for axes in (rate_ax, efficiency_ax):
         if worlds:
             axes.set_xticks(sorted(set(worlds)))
