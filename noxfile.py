@@ -98,7 +98,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the unit tests (no launcher or engine started, GPU tests deselected)."""
     engine_dirs = ("--ignore=tests/integration", "--ignore=tests/multinode")
-    _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker or runbook)")
+    _pytest(session, "tests", *engine_dirs, "-n", "2", "-m", "not (gpu or docker or runbook)")
 
 
 @nox.session(name="runbook-dry-run", default=False, venv_backend="none")
@@ -111,7 +111,12 @@ def runbook_dry_run(session: nox.Session) -> None:
 @nox.session(default=False, venv_backend="none")
 def integration(session: nox.Session) -> None:
     """Run the integration tests under real launchers (Slurm, Open MPI, torchrun)."""
-    _pytest(session, "tests/integration", "-p", "no:cacheprovider", engines=True)
+    # Two pytest-xdist workers, each test file on one (its module fixtures made once): a
+    # test spends much of its time waiting on launchers, Slurm's polls and start-ups, so
+    # two at a time finish sooner even on 2 cores. Each worker runs a Slurm cluster of its
+    # own (tests/integration/conftest.py: job IDs, hence ports, apart).
+    workers = ("-n", "2", "--dist", "loadfile")
+    _pytest(session, "tests/integration", *workers, "-p", "no:cacheprovider", engines=True)
 
 
 @nox.session(default=False, venv_backend="none")

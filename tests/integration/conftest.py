@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -55,15 +55,32 @@ def run_env() -> dict[str, str]:
     return env | RUN_DEFAULTS
 
 
+# ddpimg derives a Slurm job's port from its job ID, 16 ports a job in the default
+# 10,000-port range (ddpimg.topology.port): 625 job IDs before the ports repeat.
+JOB_IDS_BEFORE_PORTS_REPEAT = 625
+
+
+def first_job_id(env: Mapping[str, str]) -> int:
+    """The first job ID of this test process's private cluster. Under pytest-xdist every
+    worker runs a cluster of its own, and jobs of two clusters run at once: each worker's
+    IDs get a slice of their own of the IDs before the ports repeat, so that no two jobs
+    running at once derive one port."""
+    workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(env.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return 1 + worker * (JOB_IDS_BEFORE_PORTS_REPEAT // workers)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    """A private one-node Slurm cluster for the whole session, stopped at its end."""
+    """A private one-node Slurm cluster for the whole session (of this worker, under
+    pytest-xdist), stopped at its end."""
     decision = verdict(["slurm"], missing_reason, require_engines(os.environ))
     if decision.action == "skip":
         pytest.skip(decision.reason)
     if decision.action == "fail":
         pytest.fail(decision.reason, pytrace=False)
-    with LocalSlurm(tmp_path_factory.mktemp("slurm")) as cluster:
+    settings = {"FirstJobId": first_job_id(os.environ)}
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), settings=settings) as cluster:
         yield cluster
 
 
