@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-DEBUG_VARIABLES = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 # What NCCL needs in /dev/shm per local rank is a few buffers of NCCL_BUFFSIZE (4 MiB) per
 # channel and peer; a container's default 64 MiB is known to fail with 4 or more ranks.
 SHM_GIB_PER_LOCAL_RANK = 0.125

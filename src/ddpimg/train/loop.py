@@ -409,24 +409,6 @@ class Trainer:
         self.recorder.manifest["rank_dependent_randomness"] = True
 
 
-def train(
-    config: TrainConfig,
-    ctx: DistContext,
-    task: Task,
-    strategy: Strategy,
-    recorder: RunRecorder | None,
-    *,
-    resume: Resume | None = None,
-    preemption: PreemptionWatch | None = None,
-    progress: RankProgress | None = None,
-) -> Summary:
-    """Train ``task`` with ``strategy`` (see ``Trainer``); the run's summary."""
-    return Trainer(
-        config, ctx, task, strategy, recorder, resume=resume, preemption=preemption,
-        progress=progress,
-    ).run()  # fmt: skip
-
-
 class _Clock:
     """Wall time since training started, and training throughput with evaluation time left
     out. Read only at host synchronisation points (log points, epoch ends), where the

@@ -20,7 +20,7 @@ import pytest
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
-from ddpimg.train.loop import train
+from ddpimg.train.loop import Trainer
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
@@ -58,7 +58,7 @@ def test_strategy_checks_the_global_batch_early(ctx: DistContext) -> None:
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
     task = MnistTask(config, ctx)
-    train(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder)
+    Trainer(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

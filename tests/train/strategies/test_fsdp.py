@@ -25,7 +25,7 @@ from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.loop import train
+from ddpimg.train.loop import Trainer
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
@@ -105,7 +105,7 @@ def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     config.out.mkdir()
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
     task = TRAINERS[config.trainer].factory(config, ctx)
-    train(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder)
+    Trainer(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

@@ -12,7 +12,7 @@ from ddpimg.errors import DataError, DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
-from ddpimg.train.loop import train
+from ddpimg.train.loop import Trainer
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import TrainShard, epoch_order
@@ -189,7 +189,7 @@ def test_training_lowers_the_loss(
         trainer="gpt", size="tiny", train_samples=256, max_steps=12, seq_len=32, data=source
     )
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = train(config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder)
+    summary = Trainer(config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder).run()
     recorder.finish("completed", 0)
     lines = [json.loads(line) for line in (config.out / "metrics.jsonl").read_text().splitlines()]
     losses = [line["loss"] for line in lines if line["kind"] == "train"]
