@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from ddpimg import runtime
-from ddpimg.plan import build_plan, short_hostname
+from ddpimg.host import short_hostname
+from ddpimg.plan import build_plan
 from ddpimg.runtime.flight_recorder import BUFFER_NAMES, DEFAULT_ENTRIES, FILE_PREFIX
 
 WATCHDOG_GRACE_S = 90.0

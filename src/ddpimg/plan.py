@@ -11,7 +11,6 @@ profile's rule, and the port is derived from the job and step ids within the pro
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -256,8 +255,3 @@ def build_plan(
         removed_before=tuple(n for n in env.get("DDPIMG_REMOVED", "").split(",") if n),
         node_addr=apply_master_rule(profile, hostname),
     )
-
-
-def short_hostname() -> str:
-    """This machine's short host name (``hostname -s``), for profile auto-selection."""
-    return os.uname().nodename.split(".")[0]

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ddpimg import exitcodes
 from ddpimg.cli.launch_options import SITE_OPTIONS
-from ddpimg.plan import build_plan, short_hostname
+from ddpimg.host import short_hostname
+from ddpimg.plan import build_plan
 
 if TYPE_CHECKING:
     import argparse

@@ -136,7 +136,8 @@ def local_workers(args: argparse.Namespace) -> int:
 def plan_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> LaunchPlan:
     """The launch plan of ``env`` under the options every command shares (``--site``,
     ``--keep-env``, ``--local-rank``)."""
-    from ddpimg.plan import build_plan, short_hostname
+    from ddpimg.host import short_hostname
+    from ddpimg.plan import build_plan
 
     return build_plan(
         env,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg import exitcodes
+from ddpimg.host import short_hostname
 from ddpimg.jobs import (
     ERROR,
     FIELDS,
@@ -38,7 +39,6 @@ from ddpimg.jobs import (
     select_job_profile,
 )
 from ddpimg.jobs.noderange import parse_nodes
-from ddpimg.plan import short_hostname
 from ddpimg.site import SiteProfile
 
 SBATCH_TIMEOUT_S = 60.0

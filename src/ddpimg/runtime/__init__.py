@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.hardware.compat import TorchProbe, require_compatible
-from ddpimg.plan import LaunchPlan, short_hostname
+from ddpimg.host import short_hostname
+from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.context import DistContext
 from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
 from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend

@@ -75,7 +75,7 @@ def _share_cpus(options: ScriptOptions, local_world_size: int) -> str:
 def _publish_master(options: ScriptOptions) -> None:
     """Under mpirun without a host list: rank 0's address, learned over MPI in this process
     (the script's process is the MPI rank; an MPI_Init in ``train`` would have claimed it)."""
-    from ddpimg.plan import short_hostname
+    from ddpimg.host import short_hostname
     from ddpimg.runtime.mpi_master import broadcast_master_address
     from ddpimg.site.load import load_profile
 
@@ -85,7 +85,7 @@ def _publish_master(options: ScriptOptions) -> None:
 
 def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
     """Open (rank 0: host) the rendezvous store and check in; bounded by ``--timeout``."""
-    from ddpimg.plan import short_hostname
+    from ddpimg.host import short_hostname
     from ddpimg.runtime.rendezvous import join, open_store
 
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
@@ -156,7 +156,7 @@ def _watch(
 ) -> StallWatch | None:
     import torch
 
-    from ddpimg.plan import short_hostname
+    from ddpimg.host import short_hostname
     from ddpimg.runtime.stall import watch_enabled, watch_store
 
     if key is None or not options.watch or not watch_enabled(os.environ, world_size):
@@ -209,7 +209,8 @@ def _run_info(options: ScriptOptions) -> Mapping[str, Any]:
     worker's own (train was the node's launcher; torch's agent placed this worker)."""
     if "TORCHELASTIC_RUN_ID" not in os.environ:
         return options.run_info
-    from ddpimg.plan import build_plan, short_hostname
+    from ddpimg.host import short_hostname
+    from ddpimg.plan import build_plan
 
     try:
         return build_plan(os.environ, short_hostname(), site=options.site_path).to_json()

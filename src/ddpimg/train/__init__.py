@@ -38,7 +38,7 @@ def run_training(
     becomes a RankLostError naming the rank(s) it waited for.
     """
     from ddpimg import exitcodes
-    from ddpimg.plan import short_hostname
+    from ddpimg.host import short_hostname
     from ddpimg.runtime.stall import open_watch
     from ddpimg.train import startup
     from ddpimg.train.checkpoint import resolve_resume
