@@ -142,7 +142,7 @@ def test_skipping_substitutes_the_next_readable_sample_and_counts(
     substitute = reader[(TRAIN, 1, garbage)]
     assert substitute.substituted
     following = next(i for i in range(garbage + 1, 12) if i != truncated)
-    assert np.array_equal(substitute.pixels, reader._pixels(TRAIN, 1, following))
+    assert np.array_equal(substitute.pixels, reader[(TRAIN, 1, following)].pixels)
     assert substitute.label == views(root)[0].label(following)
     dataset = StreamedImages(stream(root, workers=2, skip_bad=True), TRAIN)
     good = [i for i in range(12) if i not in (garbage, truncated)][:2]
