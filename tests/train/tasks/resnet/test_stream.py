@@ -14,6 +14,7 @@ from ddpimg.train.tasks.resnet.stream import (
     MEAN,
     STD,
     TRAIN,
+    BatchBuffers,
     ImageStream,
     SampleReader,
     SplitView,
@@ -155,3 +156,29 @@ def test_skipping_substitutes_the_next_readable_sample_and_counts(
 def test_a_subset_is_spread_over_the_index() -> None:
     assert spread(10, 10) is None
     assert spread(10, 4).tolist() == [0, 2, 5, 7]
+
+
+def test_a_float_batch_is_reused_only_once_nothing_refers_to_it() -> None:
+    buffers = BatchBuffers(8, torch.contiguous_format, keep=2)
+    first = buffers.take(4)
+    first_memory = first.data_ptr()
+    view = first[1:]
+    del first
+    second = buffers.take(4)
+    assert second.data_ptr() != first_memory  # a view still holds the first
+    del view
+    third = buffers.take(3)  # smaller: the first buffer's rows serve it
+    assert third.data_ptr() == first_memory
+    assert third.shape == (3, 3, 8, 8)
+    # Both kept buffers in use, and no room to keep another: a fresh one, not kept.
+    fourth = buffers.take(4)
+    assert fourth.data_ptr() not in (first_memory, second.data_ptr())
+
+
+def test_batches_kept_by_the_caller_stay_intact(tree: Path) -> None:
+    dataset = StreamedImages(stream(tree, workers=0), TRAIN)
+    kept = collect(dataset, plan(1, steps=3))
+    copies = [images.clone() for images, _ in kept]
+    again = collect(dataset, plan(2, steps=3))
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(kept, copies, strict=True))
+    assert not torch.equal(again[0][0], kept[0][0])

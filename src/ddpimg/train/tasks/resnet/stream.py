@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import struct
 import zlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,8 @@ TRAIN, EVAL = 0, 1
 CHUNK = 32
 # Chunks each worker keeps ready (DataLoader's default prefetch factor).
 PREFETCH = 2
+# Float batches the CPU path keeps for reuse: the loop holds one while the next is made.
+KEPT_BATCHES = 3
 # How far ``--bad-samples skip`` looks for a readable substitute before giving up.
 SUBSTITUTE_TRIES = 16
 BAD_SAMPLE_HINT = (
@@ -254,6 +256,50 @@ class _PlanSampler:
         return sum(-(-len(plan.rows(batch)) // CHUNK) for batch in range(len(plan)))
 
 
+def _storage_users(tensor: torch.Tensor) -> Callable[[], int] | None:
+    """How many tensors and views refer to ``tensor``'s memory, as a function (torch's own
+    count, which its CUDA graph trees read to tell whether an output is still used); None
+    where this torch has no such count."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return None
+    cdata = tensor.untyped_storage()._cdata
+    return lambda: int(count(cdata))
+
+
+class BatchBuffers:
+    """Float batches for the CPU, reused once nothing refers to them any more.
+
+    A fresh batch of 32 x 3 x 224 x 224 floats (19 MB) costs a page fault and a zeroed page
+    for every 4 KiB written, about as much as normalising into it: glibc maps an allocation
+    that large anew each time, and unmaps it when it is freed. A kept buffer is handed out
+    again only when torch counts no tensor or view on its memory but the buffer itself (the
+    loop, autograd or a caller's list of batches still holding it count), so reuse is never
+    visible; otherwise a fresh batch is made."""
+
+    def __init__(self, side: int, layout: torch.memory_format, keep: int = KEPT_BATCHES) -> None:
+        self.side = side
+        self.layout = layout
+        self.keep = keep
+        self._kept: list[tuple[torch.Tensor, Callable[[], int], int]] = []
+
+    def take(self, count: int) -> torch.Tensor:
+        free = [entry for entry in self._kept if entry[1]() == entry[2]]
+        for buffer, _, _ in free:
+            if len(buffer) >= count:
+                return buffer[:count]
+        batch = torch.empty((count, 3, self.side, self.side), memory_format=self.layout)
+        users = _storage_users(batch)
+        if users is None:
+            return batch
+        if len(self._kept) >= self.keep:
+            if not free:
+                return batch
+            self._kept.remove(free[0])
+        self._kept.append((batch, users, users()))
+        return batch[:count]
+
+
 class ImageStream:
     """The DataLoader (and its workers) shared by a run's two splits, and the shared-memory
     slots its workers write samples into.
@@ -263,9 +309,10 @@ class ImageStream:
     batch size. A worker decodes each sample of its chunk straight into a row of the slot
     the chunk names and sends back only the labels; nothing is collated or pickled. The
     main process turns each chunk's uint8 rows into normalised floats in the batch it
-    yields (one pass: ``(x - 255 mean) / (255 std)`` as ``x * a + b``), or on a GPU copies
-    them into a pinned batch that goes to the device without blocking and is normalised
-    there.
+    yields (``(x - 255 mean) / (255 std)`` as ``x * a + b``, by numpy: one thread, no
+    intra-op pool waking up and spinning for it; into ``BatchBuffers``), or on a GPU
+    copies them into a pinned batch that goes to the device without blocking and is
+    normalised there.
 
     Why ``PREFETCH x workers + 1`` slots are enough: the DataLoader keeps at most
     ``PREFETCH x workers`` chunks in flight and sends the next one each time it hands one
@@ -306,9 +353,11 @@ class ImageStream:
             persistent_workers=workers > 0,
             prefetch_factor=PREFETCH if workers else None,
         )
-        std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-        self._factor = 1.0 / (255.0 * std)
-        self._bias = -torch.tensor(MEAN, device=device).view(1, 3, 1, 1) / std
+        std = torch.tensor(STD).view(1, 3, 1, 1)
+        factor, bias = 1.0 / (255.0 * std), -torch.tensor(MEAN).view(1, 3, 1, 1) / std
+        self._factor, self._bias = factor.to(device), bias.to(device)
+        self._host_factor, self._host_bias = factor.numpy(), bias.numpy()
+        self._buffers = BatchBuffers(side, self.layout)
 
     def batches(self, split: int, plan: BatchPlan) -> Generator[Batch]:
         self._sampler.split, self._sampler.plan = split, plan
@@ -319,9 +368,10 @@ class ImageStream:
             count = len(plan.rows(batch))
             labels = torch.empty(count, dtype=torch.int64)
             if on_host:
-                target = torch.empty((count, 3, side, side), memory_format=self.layout)
+                target = self._buffers.take(count)
             else:
                 target = torch.empty((count, side, side, 3), dtype=torch.uint8, pin_memory=True)
+            rows_of = target.numpy()
             for start in range(0, count, CHUNK):
                 loaded: Loaded = next(chunks)
                 if loaded.errors:
@@ -329,18 +379,19 @@ class ImageStream:
                 self.substituted[split] += loaded.substituted
                 rows = slice(start, start + len(loaded.labels))
                 labels[rows] = torch.from_numpy(loaded.labels)
-                pixels = self._slots[loaded.slot, : len(loaded.labels)]
+                pixels = self._slots[loaded.slot, : len(loaded.labels)].numpy()
                 if on_host:
-                    self._normalise(pixels, target[rows])
+                    self._normalise_on_host(pixels, rows_of[rows])
                 else:
-                    target[rows] = pixels
+                    np.copyto(rows_of[rows], pixels)
             yield self._on_device(target, labels) if not on_host else (target, labels)
 
-    def _normalise(self, pixels: torch.Tensor, out: torch.Tensor) -> None:
-        """uint8 (B, S, S, 3) into float ``out`` (B, 3, S, S): one pass, in ``out``'s layout.
-        (B, S, S, 3) viewed as (B, 3, S, S) is channels_last memory; writing the floats in
-        the model's layout directly avoids reordering them afterwards (3x as long)."""
-        torch.addcmul(self._bias, pixels.permute(0, 3, 1, 2), self._factor, out=out)
+    def _normalise_on_host(self, pixels: np.ndarray, out: np.ndarray) -> None:
+        """uint8 (B, S, S, 3) into float ``out`` (B, 3, S, S) in ``out``'s layout: the
+        floats are written in the model's layout directly (reordering them afterwards took
+        3x as long)."""
+        np.multiply(pixels.transpose(0, 3, 1, 2), self._host_factor, out=out, casting="unsafe")
+        np.add(out, self._host_bias, out=out)
 
     def _on_device(self, pinned: torch.Tensor, labels: torch.Tensor) -> Batch:
         pixels = pinned.to(self.device, non_blocking=True)
@@ -349,7 +400,8 @@ class ImageStream:
             device=self.device,
             memory_format=self.layout,
         )
-        self._normalise(pixels, images)
+        # (B, S, S, 3) viewed as (B, 3, S, S) is channels_last memory.
+        torch.addcmul(self._bias, pixels.permute(0, 3, 1, 2), self._factor, out=images)
         return images, labels.to(self.device, non_blocking=True)
 
 
