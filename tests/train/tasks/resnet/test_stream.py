@@ -9,6 +9,7 @@ import torch
 from ddpimg.data.sources import open_splits, prepare
 from ddpimg.errors import DataError
 from ddpimg.train.sharding import BatchPlan, EvalShard, TrainShard, epoch_order
+from ddpimg.train.tasks.resnet import stream as stream_module
 from ddpimg.train.tasks.resnet.stream import (
     EVAL,
     MEAN,
@@ -182,3 +183,19 @@ def test_batches_kept_by_the_caller_stay_intact(tree: Path) -> None:
     again = collect(dataset, plan(2, steps=3))
     assert all(torch.equal(images, copy) for (images, _), copy in zip(kept, copies, strict=True))
     assert not torch.equal(again[0][0], kept[0][0])
+
+
+def test_batches_cut_into_more_chunks_than_slots_are_the_same(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = collect(StreamedImages(stream(tree, workers=0), TRAIN), plan(1, steps=4, per_rank=10))
+    # Chunks of 3 samples: 4 per batch of 10 (3 + 3 + 3 + 1), 16 in all, through the
+    # 2 x 2 + 1 = 5 slots of two workers, so every slot is written several times.
+    monkeypatch.setattr(stream_module, "CHUNK", 3)
+    chunked = StreamedImages(stream(tree, workers=2), TRAIN)
+    assert chunked.stream._slots.shape[:2] == (5, 3)
+    for (images, labels), (other_images, other_labels) in zip(
+        whole, collect(chunked, plan(1, steps=4, per_rank=10)), strict=True
+    ):
+        assert torch.equal(images, other_images)
+        assert torch.equal(labels, other_labels)
