@@ -199,3 +199,21 @@ def test_batches_cut_into_more_chunks_than_slots_are_the_same(
     ):
         assert torch.equal(images, other_images)
         assert torch.equal(labels, other_labels)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_batches_are_the_cpus_normalised_on_the_device(tree: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    device = torch.device("cuda")
+    on_cpu = collect(StreamedImages(stream(tree, workers=2), TRAIN), plan(1))
+    gpu_stream = ImageStream(
+        views(tree), SIZE, seed=7, workers=2, skip_bad=False, device=device, channels_last=True
+    )
+    on_gpu = collect(StreamedImages(gpu_stream, TRAIN), plan(1))
+    for (images, labels), (gpu_images, gpu_labels) in zip(on_cpu, on_gpu, strict=True):
+        assert gpu_images.device.type == "cuda"
+        assert gpu_images.is_contiguous(memory_format=torch.channels_last)
+        # The same uint8 samples; x * a + b by numpy on the host, by a fused kernel on the GPU.
+        assert torch.allclose(gpu_images.cpu(), images, atol=1e-5)
+        assert torch.equal(gpu_labels.cpu(), labels)
