@@ -10,8 +10,9 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``overhead``: DDP on 1 rank vs the bare model, 2 ranks vs 1, ZeRO 0-3 and FSDP vs DDP.
 * ``stallwatch``: what recording each rank's progress costs, and the loop with it vs without.
 * ``image``: image sizes, build times, container start time.
-* ``data``: the streamed image pipeline: loader images/s against torchvision's, memory and
-  time to first step at two dataset sizes, resnet18 on files vs synthetic data.
+* ``data``: the streamed image pipeline: the loader against torchvision's and against
+  decoding alone, on real photographs and generated images; memory and time to first step
+  at two dataset sizes; resnet18 on files vs synthetic data.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 

@@ -6,9 +6,9 @@ chunks of up to ``CHUNK`` samples, each sample straight into a row of a shared-m
 The main process turns the uint8 rows (height x width x RGB) into the batch the model takes,
 normalised with ImageNet's mean and std: in one pass into a float batch on the CPU, or
 through a pinned buffer copied without blocking and normalised on the GPU, channels_last
-(GPU) or contiguous (CPU). Memory per rank is bounded by workers x prefetch x chunk,
-whatever the dataset's size or the batch size, and starting needs only the index of the
-data (``ddpimg.data``), never a pass over it.
+(GPU) or contiguous (CPU). Memory per rank is bounded by workers x prefetch x chunk (and,
+on the CPU, two float batches kept for reuse), whatever the dataset's size, and starting
+needs only the index of the data (``ddpimg.data``), never a pass over it.
 
 One set of workers serves both splits: a sample's key says which split, which epoch (its
 augmentation draws come from (seed, epoch, index), ``None`` for evaluation) and which
@@ -49,7 +49,7 @@ CHUNK = 32
 # Chunks each worker keeps ready (DataLoader's default prefetch factor).
 PREFETCH = 2
 # Float batches the CPU path keeps for reuse: the loop holds one while the next is made.
-KEPT_BATCHES = 3
+KEPT_BATCHES = 2
 # How far ``--bad-samples skip`` looks for a readable substitute before giving up.
 SUBSTITUTE_TRIES = 16
 BAD_SAMPLE_HINT = (
