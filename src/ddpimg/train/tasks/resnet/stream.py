@@ -370,7 +370,9 @@ class ImageStream:
             if on_host:
                 target = self._buffers.take(count)
             else:
-                target = torch.empty((count, side, side, 3), dtype=torch.uint8, pin_memory=True)
+                target = torch.empty(
+                    (count, side, side, 3), dtype=torch.uint8, pin_memory=self.device.type == "cuda"
+                )
             rows_of = target.numpy()
             for start in range(0, count, CHUNK):
                 loaded: Loaded = next(chunks)
