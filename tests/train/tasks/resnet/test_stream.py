@@ -217,3 +217,18 @@ def test_on_a_gpu_the_batches_are_the_cpus_normalised_on_the_device(tree: Path) 
         # The same uint8 samples; x * a + b by numpy on the host, by a fused kernel on the GPU.
         assert torch.allclose(gpu_images.cpu(), images, atol=1e-5)
         assert torch.equal(gpu_labels.cpu(), labels)
+
+
+def test_for_another_device_the_host_batch_goes_over_as_uint8(tree: Path) -> None:
+    # The meta device stands in for a GPU here: the batch leaves the host as uint8 and is
+    # normalised where it lands (its values are checked on a real GPU, above).
+    meta = torch.device("meta")
+    source = ImageStream(
+        views(tree), SIZE, seed=7, workers=0, skip_bad=False, device=meta, channels_last=True
+    )
+    images, labels = collect(StreamedImages(source, TRAIN), plan(1, steps=1))[0]
+    assert images.device == meta
+    assert images.dtype == torch.float
+    assert images.shape == (4, 3, SIZE, SIZE)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.device == meta
