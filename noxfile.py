@@ -46,6 +46,8 @@ nox.options.reuse_venv = "yes"
 DEV_REQUIREMENTS = "requirements/dev.txt"
 TRAIN_REQUIREMENTS = "requirements/train.txt"
 BENCH_REQUIREMENTS = "requirements/bench.txt"
+# Every pytest run ends with its slowest tests: CI's log is where the time goes (issue 26).
+DURATIONS = "--durations=15"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
@@ -81,7 +83,7 @@ def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
     bin_dir = _stack(session)
     if engines:
         engine.install_engine_packages(session)
-    session.run(str(bin_dir / "pytest"), *args, *session.posargs, external=True)
+    session.run(str(bin_dir / "pytest"), DURATIONS, *args, *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")
@@ -97,13 +99,25 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the unit tests (no launcher or engine started, GPU tests deselected)."""
     engine_dirs = ("--ignore=tests/integration", "--ignore=tests/multinode")
-    _pytest(session, "tests", *engine_dirs, "-m", "not (gpu or docker)")
+    _pytest(session, "tests", *engine_dirs, "-n", "2", "-m", "not (gpu or docker or runbook)")
+
+
+@nox.session(name="runbook-dry-run", default=False, venv_backend="none")
+def runbook_dry_run(session: nox.Session) -> None:
+    """The GPU runbook's whole plan on the CPU at toy sizes, and its tests (before a GPU
+    session, and after a change to benchmarks/: about 5 minutes on 2 cores)."""
+    _pytest(session, "tests/benchmarks/test_gpu_runbook.py", "-m", "runbook")
 
 
 @nox.session(default=False, venv_backend="none")
 def integration(session: nox.Session) -> None:
     """Run the integration tests under real launchers (Slurm, Open MPI, torchrun)."""
-    _pytest(session, "tests/integration", "-p", "no:cacheprovider", engines=True)
+    # Two pytest-xdist workers, each test file on one (its module fixtures made once): a
+    # test spends much of its time waiting on launchers, Slurm's polls and start-ups, so
+    # two at a time finish sooner even on 2 cores. Each worker runs a Slurm cluster of its
+    # own (tests/integration/conftest.py: job IDs, hence ports, apart).
+    workers = ("-n", "2", "--dist", "loadfile")
+    _pytest(session, "tests/integration", *workers, "-p", "no:cacheprovider", engines=True)
 
 
 @nox.session(default=False, venv_backend="none")
@@ -174,15 +188,20 @@ def _image_tests(
     # ddpimg without the training stack: the tests only read what the images wrote.
     session.install("-e", ".", "-r", DEV_REQUIREMENTS)
     with images.images_built(session, builds, drop_build_stages or []):
-        session.run("pytest", tests, "-p", "no:cacheprovider", *session.posargs, env=env)
+        session.run("pytest", DURATIONS, tests, "-p", "no:cacheprovider", *session.posargs, env=env)
 
 
 @nox.session(default=False)
 def smoke(session: nox.Session) -> None:
     """Build the CPU image here (no registry); run it under docker and podman-hpc."""
+    # Under CI, whose clone never builds again, the build stage (a second 7 GB copy of the
+    # venv, kept here as the next build's cache) goes as soon as the image is built: the
+    # podman-hpc tests need that room (a CI run once ran out of disk loading the image).
+    in_ci = bool(os.environ.get("CI"))
     _image_tests(
         session, [images.SMOKE_BUILD], "tests/containers",
         {"DDPIMG_TEST_IMAGE": images.SMOKE_IMAGE},
+        drop_build_stages=[images.SMOKE_BUILD] if in_ci else None,
     )  # fmt: skip
 
 

@@ -9,6 +9,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``ab``: ddpimg's trainers against tutorial-style loops (benchmarks/reference/).
 * ``overhead``: DDP on 1 rank vs the bare model, 2 ranks vs 1, ZeRO 0-3 and FSDP vs DDP.
 * ``stallwatch``: what recording each rank's progress costs, and the loop with it vs without.
+* ``trackers``: the loop with ``--log-to tensorboard,wandb,mlflow`` vs without.
+* ``scripts``: a Hugging Face Trainer script under ``train --script`` vs plain torchrun.
 * ``image``: image sizes, build times, container start time.
 * ``data``: the streamed image pipeline: the loader against torchvision's and against
   decoding alone, on real photographs and generated images; memory and time to first step
@@ -46,10 +48,12 @@ from parts import (
     image,
     overhead,
     rendezvous,
+    scripts,
     stallwatch,
     startup,
     tokens,
     topology,
+    trackers,
 )
 from parts.common import HERE, Row
 
@@ -61,6 +65,8 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "ab": lambda ns: ab.run(ns.repeats, ns.models.split(",")),
     "overhead": lambda ns: overhead.run(ns.repeats),
     "stallwatch": lambda ns: stallwatch.run(ns.repeats),
+    "trackers": lambda ns: trackers.run(ns.repeats),
+    "scripts": lambda ns: scripts.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
     "data": lambda ns: data.run(ns.repeats),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),

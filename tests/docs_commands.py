@@ -1,5 +1,5 @@
 """The command lines README.md and docs/ give that start the image (``apptainer exec ...
-IMAGE COMMAND``, ``docker run ... IMAGE COMMAND``, ``podman-hpc run``, ``srun
+IMAGE COMMAND``, ``docker run ... IMAGE COMMAND``, ``podman-hpc shared-run``, ``srun
 --container-image=``, ``srun --environment=``), found programmatically: the lines of shell
 code blocks (continuations joined) and the inline code spans of the text and tables.
 
@@ -32,6 +32,7 @@ RUNTIME_WORDS = (
     ("singularity", "run"),
     ("docker", "run"),
     ("podman-hpc", "run"),
+    ("podman-hpc", "shared-run"),
 )
 SRUN_CONTAINER_OPTIONS = ("--container-image=", "--environment=")
 # An image name; placeholders such as IMAGE.sif or FILE are not images.

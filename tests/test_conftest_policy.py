@@ -18,7 +18,8 @@ from tests.engines.availability import (
 pytest_plugins = ["pytester"]
 
 MARKERS = (
-    "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode", "gpu",
+    "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode",
+    "shellcheck", "gpu",
 )  # fmt: skip
 
 
@@ -152,3 +153,22 @@ def test_hooks_reject_a_malformed_require_variable(
     result = policy_pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{REQUIRE_VARIABLE}='yes'*"])
+
+
+def test_a_command_past_its_timeout_fails_as_killed_by_its_hang_guard(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest("from tests.conftest import pytest_runtest_makereport\n")
+    pytester.makepyfile(
+        """
+        import subprocess, sys
+
+        def test_slow():
+            subprocess.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*killed by its hang guard: `*time.sleep(30)*` was still running after 0.5 s*"]
+    )

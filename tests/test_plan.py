@@ -192,3 +192,15 @@ def test_node_addr_is_this_node_by_the_site_rule(site: str, hostname: str, node_
     plan = build_plan(SRUN_TASK_1, hostname, site=site)
     assert plan.node_addr == node_addr
     assert plan.to_json()["node_addr"] == node_addr
+
+
+def test_explain_says_why_one_process_gets_the_first_port() -> None:
+    plan = build_plan({}, "laptop", site="generic")
+    assert (
+        "MASTER_PORT=20000: the first of generic's range 20000-29999 (no launcher names a job)"
+        in plan.notes
+    )
+    srun = build_plan(SRUN_TASK_1, "r01g03", site="generic")
+    assert any(
+        note.startswith("MASTER_PORT=") and "derived from job key '" in note for note in srun.notes
+    )

@@ -9,8 +9,9 @@ from typing import Any
 import numpy
 import pytest
 
+from ddpimg.cli import main
 from ddpimg.errors import DdpimgError
-from ddpimg.plot import Run, labels, plot_runs, read_run, scaling
+from ddpimg.plot import Run, labels, plot_runs, read_run, scaling, threads_caveat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -23,6 +24,7 @@ def write_run(
     epochs: int = 2,
     steps_per_epoch: int = 4,
     manifest_world: int | None = None,
+    cpu_threads: int | None = None,
 ) -> Path:
     """A run directory as train leaves it: every step logged, an eval per epoch and, unless
     ``samples_per_s`` is None, a summary."""
@@ -44,8 +46,12 @@ def write_run(
             }
         )
     (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    manifest: dict[str, Any] = {}
     if manifest_world is not None:
-        manifest = {"distributed": {"world_size": manifest_world}}
+        manifest["distributed"] = {"world_size": manifest_world}
+    if cpu_threads is not None:
+        manifest["run_info"] = {"cpu_threads": cpu_threads}
+    if manifest:
         (path / "manifest.json").write_text(json.dumps(manifest))
     return path
 
@@ -167,3 +173,62 @@ def test_unwritable_output_is_named(tmp_path: Path) -> None:
     output = tmp_path / "missing" / "out.png"
     with pytest.raises(DdpimgError, match=rf"-o {output}: cannot write the plot"):
         plot_runs([run], output)
+
+
+def test_a_scripts_run_is_read_from_fractional_epochs_or_steps(tmp_path: Path) -> None:
+    """Hugging Face and Lightning scripts log fractional epochs and evaluations without
+    accuracy; a plain script may log steps only."""
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    lines = [
+        {"kind": "train", "step": 1, "epoch": 0.25, "loss": 3.0},
+        {"kind": "train", "step": 2, "epoch": 0.5, "loss": 2.0},
+        {"kind": "eval", "step": 2, "epoch": 0.5, "loss": 2.5, "runtime": 0.1},
+        {"kind": "summary", "world_size": 2, "steps": 2, "samples_per_s": 50.0},
+    ]
+    (hf / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = read_run(hf)
+    assert run.train == [(0.25, 3.0), (0.5, 2.0)]
+    assert run.eval[0][:2] == (0.5, 2.5)
+    assert numpy.isnan(run.eval[0][2])
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    steps = [{"kind": "train", "step": step, "loss": 1.0 / step} for step in (1, 2, 3)]
+    (plain / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in steps))
+    assert [x for x, _ in read_run(plain).train] == [1.0, 2.0, 3.0]
+    assert plot_runs([run, read_run(plain)], tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_runs_with_unequal_threads_per_process_get_a_caveat(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One process on the whole 2-core machine (2 threads) against two of 1 thread each:
+    the efficiency is flagged, on the panel and on the command's standard error."""
+    one = write_run(tmp_path / "n1", world_size=1, samples_per_s=100.0, cpu_threads=2)
+    two = write_run(tmp_path / "n2", world_size=2, samples_per_s=434.0, cpu_threads=1)
+    runs = [read_run(one), read_run(two)]
+    assert [run.cpu_threads for run in runs] == [2, 1]
+    caveat = threads_caveat(runs)
+    assert caveat is not None
+    assert "(1 process: 2 threads; 2 processes: 1 thread)" in caveat
+    assert "OMP_NUM_THREADS" in caveat
+    figure = plot_runs(runs, tmp_path / "out.png")
+    assert figure.axes[3].get_title() == "Scaling efficiency (threads per process differ)"
+    assert main(["plot", str(one), str(two), "-o", str(tmp_path / "cli.png")]) == 0
+    assert f"ddpimg: note: {caveat}" in capsys.readouterr().err
+
+
+def test_runs_with_equal_or_unknown_threads_get_none(tmp_path: Path) -> None:
+    same = [
+        read_run(write_run(tmp_path / "a", world_size=1, cpu_threads=1)),
+        read_run(write_run(tmp_path / "b", world_size=2, cpu_threads=1)),
+    ]
+    assert threads_caveat(same) is None
+    # GPU runs record no CPU threads; an unfinished run is not in the scaling panels.
+    unknown = [Run(Path("g1"), 1, samples_per_s=1.0), Run(Path("g2"), 2, samples_per_s=2.0)]
+    assert threads_caveat(unknown) is None
+    unfinished = Run(Path("u"), 4, samples_per_s=None, cpu_threads=8)
+    assert threads_caveat([*same, unfinished]) is None
+    figure = plot_runs(same, tmp_path / "out.png")
+    assert figure.axes[3].get_title() == "Scaling efficiency"

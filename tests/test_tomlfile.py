@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from ddpimg.errors import ProfileError
-from ddpimg.tomlfile import INTEGER, NUMBER, STRING_LIST, Kind, read_toml
+from ddpimg.tomlfile import INTEGER, NUMBER, STRING_LIST, Kind, read_toml, toml_string
 
 
 def read(path: Path) -> dict[str, object]:
@@ -56,3 +57,14 @@ def test_a_boolean_is_never_a_number_and_lists_hold_strings(
 ) -> None:
     assert all(kind.accepts(value) for value in accepted)
     assert not any(kind.accepts(value) for value in refused)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", 'a "quoted" word', "back\\slash", "new\nline\ttab\r", "\x00\x1f\x7f", "é ünï 😀",
+     "${PWD}/$(id)", "'"],
+)  # fmt: skip
+def test_toml_string_reads_back_as_itself_on_one_line(text: str) -> None:
+    written = toml_string(text)
+    assert "\n" not in written
+    assert tomllib.loads(f"x = {written}\n") == {"x": text}

@@ -75,16 +75,17 @@ def run_train(
     epochs: int = 1,
     deadline: float | None = None,
     extra_env: Mapping[str, str] | None = None,
+    log_every: int | None = None,
 ) -> TrainRun:
     """``python -m ddpimg train ARGUMENTS`` for ``steps`` steps (``epochs`` at most, no
-    resume, logged at the last step only) in a fresh output directory, with ``extra_env``
-    added to this process's environment; killed at ``deadline`` (``time.monotonic()``), if
-    given."""
+    resume, logged every ``log_every`` steps, by default at the last step only) in a fresh
+    output directory, with ``extra_env`` added to this process's environment; killed at
+    ``deadline`` (``time.monotonic()``), if given."""
     with tempfile.TemporaryDirectory(prefix="ddpimg-bench-") as out:
         command = [
             PYTHON, "-m", "ddpimg", "train", *arguments, "--epochs", str(epochs),
             "--max-steps", str(steps), "--warmup-steps", str(warmup),
-            "--log-every", str(steps), "--out", out, "--resume", "none",
+            "--log-every", str(log_every or steps), "--out", out, "--resume", "none",
         ]  # fmt: skip
         # A port of its own, so that a run still closing its sockets does not collide.
         env = dict(os.environ, MASTER_PORT=str(free_port())) | dict(extra_env or {})

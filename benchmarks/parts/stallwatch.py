@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import secrets
 import statistics
 import time
 from datetime import timedelta
@@ -21,6 +22,7 @@ from typing import Any
 from ddpimg.runtime.stall import record
 from ddpimg.runtime.stall.record import ProgressRecord
 from ddpimg.runtime.stall.watch import Board, RankProgress
+from ddpimg.runtime.store_auth import RecordSeal
 from parts.common import Row, free_port, interleaved, run_train, spread
 
 ENTER_CALLS = 200_000
@@ -52,7 +54,7 @@ def _publish_us() -> float:
     port = free_port()
     server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
-    board = Board(client, 2, f"127.0.0.1:{port}", 5.0)
+    board = Board(client, 2, f"127.0.0.1:{port}", 5.0, RecordSeal(secrets.token_bytes(32)))
     item = ProgressRecord(1, "node1", 4242, 10, 3, record.BACKWARD, time.time(), time.time())
     blocks = []
     for _ in range(BLOCKS):

@@ -27,10 +27,11 @@ class Ran:
     """A finished (or killed) command."""
 
     argv: tuple[str, ...]
-    returncode: int | None  # None: killed at the deadline
+    returncode: int | None  # None: killed (by ``killed_by``)
     stdout: str
     stderr: str
     seconds: float
+    killed_by: str = "the part's budget"
 
     @property
     def ok(self) -> bool:
@@ -48,9 +49,9 @@ class Ran:
         return self.output[-chars:].strip()
 
     def verdict(self) -> str:
-        """``exit 0``, ``exit 1``, or ``killed at the deadline after N s``."""
+        """``exit 0``, ``exit 1``, or ``killed by WHAT after N s``."""
         if self.timed_out:
-            return f"killed at the deadline after {self.seconds:.0f} s"
+            return f"killed by {self.killed_by} after {self.seconds:.0f} s"
         return f"exit {self.returncode}"
 
 
@@ -114,11 +115,10 @@ def run(
     cwd: Path | None = None,
     limit_s: float | None = None,
 ) -> Ran:
-    """Run ``argv`` in a process group of its own, for at most ``limit_s`` seconds and never
-    past the deadline; on either, the whole group is killed (torch elastic's workers too)."""
-    timeout = deadline.remaining()
-    if limit_s is not None:
-        timeout = min(timeout, limit_s)
+    """Run ``argv`` in a process group of its own, for at most ``limit_s`` seconds (or the
+    deadline's hang guard) and never past the deadline; on either, the whole group is killed
+    (torch elastic's workers too)."""
+    timeout, killer = deadline.command_limit(limit_s)
     began = time.perf_counter()
     with subprocess.Popen(
         list(argv),
@@ -132,12 +132,12 @@ def run(
     ) as process:
         returncode: int | None
         try:
-            stdout, stderr = process.communicate(timeout=max(timeout, 0.1))
+            stdout, stderr = process.communicate(timeout=timeout)
             returncode = process.returncode
         except subprocess.TimeoutExpired:
             kill_tree(process.pid)
             stdout, stderr = process.communicate()
             returncode = None
-    ran = Ran(tuple(argv), returncode, stdout, stderr, time.perf_counter() - began)
+    ran = Ran(tuple(argv), returncode, stdout, stderr, time.perf_counter() - began, killer)
     log.record(ran, cwd)
     return ran

@@ -48,8 +48,8 @@ PRECISIONS = ("bf16", "fp32", "fp16")
 DRY_PRECISIONS = ("fp32", "bf16")
 COMMON = ["--epochs", "1", "--log-every", "1", "--warmup-steps", "0", "--seed", "7",
           "--deterministic"]  # fmt: skip
-# A run takes seconds; one that hangs (a collective no rank finishes) must not hold its slot
-# for long.
+# A run takes seconds on a GPU; one that hangs (a collective no rank finishes) must not hold
+# its slot for long. (The dry run replaces it with its hang guard: gpu_runbook.py.)
 RUN_LIMIT_S = 150.0
 
 

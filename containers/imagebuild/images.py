@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ from .locks import (
     missing_lock,
 )
 from .session import Session
-from .wheels import wheelhouse
+from .wheels import WHEELHOUSE, wheelhouse
 
 # The base image made by containers/engine.sh where no registry can be reached: Debian 12
 # for this machine's CPU, whose python3 is LOCAL_BASE_PYTHON; for another CPU the same with
@@ -161,6 +162,54 @@ def build_args(
     return args
 
 
+# What each tag was last built from here (build_inputs) and the image it gave: a session that
+# builds an image another session of the same run already built (`nox -s smoke flavours`:
+# ddpimg:cpu) takes that image as it is, without its wheelhouse or docker's cache checks.
+BUILT_RECORD = WHEELHOUSE.parent / "built-images.json"
+
+
+def build_inputs(context: Path, args: Mapping[str, str], base_ids: Sequence[str]) -> str:
+    """A digest of everything a local build is made from: the staged context's files (the
+    Dockerfile and the locks among them), the build arguments but the wheel server's URL
+    (another port serves the same files), and the IDs of the base images."""
+    digest = hashlib.sha256()
+    for path in sorted(path for path in context.rglob("*") if path.is_file()):
+        digest.update(f"{path.relative_to(context)}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for name, value in sorted(args.items()):
+        if name != "WHEELS_URL":
+            digest.update(f"{name}={value}\0".encode())
+    for base in base_ids:
+        digest.update(f"{base}\0".encode())
+    return digest.hexdigest()
+
+
+def image_id(tag: str) -> str | None:
+    probe = ["docker", "image", "inspect", "--format", "{{.Id}}", tag]
+    found = subprocess.run(probe, capture_output=True, text=True, check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def built_from(tag: str, inputs: str, record: Path = BUILT_RECORD) -> str | None:
+    """The ID of the image ``tag`` names if it was built here from ``inputs``; else None."""
+    try:
+        entry = json.loads(record.read_text()).get(tag, {})
+    except (OSError, ValueError):
+        return None
+    current = image_id(tag)
+    return current if current and entry == {"inputs": inputs, "id": current} else None
+
+
+def record_build(tag: str, inputs: str, record: Path = BUILT_RECORD) -> None:
+    try:
+        entries = json.loads(record.read_text())
+    except (OSError, ValueError):
+        entries = {}
+    entries[tag] = {"inputs": inputs, "id": image_id(tag)}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(entries, indent=1, sort_keys=True))
+
+
 def build_stage_tag(tag: str) -> str:
     """The tag of an image's build stage: kept, it caches the next build's venv."""
     return f"{tag}-build"
@@ -236,14 +285,28 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
     if foreign is not None:
         # Its steps run under qemu-user, registered with the kernel (engine.sh emulator).
         engine(session, "emulator", foreign.arch)
+    bases = []
     if build.local:
         engine(session, "start")
         if cross is not None:
             engine(session, "base", LOCAL_BASE)  # where the venv is built
+            bases.append(LOCAL_BASE)
         engine(session, "base", local_base(platform), *([platform.arch] if platform else []))
+        bases.append(local_base(platform))
     with contextlib.ExitStack() as stack:
         context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
         stage_context(context, build.extra_ca)
+        # Only a local build knows all its inputs (a registry's base may have moved on).
+        inputs = None
+        if build.local and not build.no_cache:
+            base_ids = [image_id(base) or base for base in bases]
+            args = build_args(build, source_facts(), None, machine)
+            inputs = build_inputs(context, args, base_ids)
+            ready = built_from(build.tag, inputs)
+            if ready is not None:
+                size = image_size(build.tag)
+                session.log(f"{build.tag} is already built from these inputs ({ready}): kept")
+                return 0.0, size
         wheels_url = None
         if build.local:
             target = cross.pip_args(LOCAL_BASE_PYTHON) if cross is not None else []
@@ -255,6 +318,8 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
             session.run(*command, external=True)
         elapsed = time.monotonic() - started
     prune(session)
+    if inputs is not None:
+        record_build(build.tag, inputs)
     size = image_size(build.tag)
     session.log(f"built {build.tag} in {elapsed:.0f} s: {size / 1e9:.2f} GB ({size} bytes)")
     return elapsed, size
@@ -278,7 +343,8 @@ def images_built(
     try:
         for build in builds:
             build_image(session, build)
-            if build in drop_build_stages:
+            # (An image kept from an earlier session may have lost its build stage already.)
+            if build in drop_build_stages and image_exists(build_stage_tag(build.tag)):
                 session.run("docker", "image", "rm", build_stage_tag(build.tag), external=True)
         yield
     finally:

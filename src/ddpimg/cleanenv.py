@@ -16,6 +16,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+# The Python and library variables of a software stack: the host's must not reach the
+# training process, but in a site's own image (ddpimg installed into it, `ddpimg sbatch
+# --ddpimg-from`) they are the image's and must stay (ddpimg.jobs.foreign).
+SOFTWARE_STACK: tuple[str, ...] = (
+    # Dynamic linking.
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    # Python, virtual environments and conda.
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONSTARTUP",
+    "VIRTUAL_ENV",
+    "VIRTUAL_ENV_PROMPT",
+    "CONDA_*",
+    "_CE_CONDA",
+    "_CE_M",
+)
+
 # fnmatch patterns of host variables removed by default.
 DEFAULT_REMOVE: tuple[str, ...] = (
     # Environment Modules / Lmod, including the shell functions bash exports for `module`.
@@ -31,19 +50,8 @@ DEFAULT_REMOVE: tuple[str, ...] = (
     "_ModuleTable*",
     "BASH_FUNC_module*",
     "BASH_FUNC_ml*",
-    # Dynamic linking from the host.
-    "LD_LIBRARY_PATH",
-    "LD_PRELOAD",
-    # The host's Python.
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONUSERBASE",
-    "PYTHONSTARTUP",
-    "VIRTUAL_ENV",
-    "VIRTUAL_ENV_PROMPT",
-    "CONDA_*",
-    "_CE_CONDA",
-    "_CE_M",
+    # The host's linker and Python settings.
+    *SOFTWARE_STACK,
 )
 
 # Never removed, whatever a pattern above or in a profile says.
@@ -126,7 +134,8 @@ def _with_library_dirs(value: str, library_dirs: tuple[str, ...]) -> str:
 
 
 def parse_keep_list(value: str) -> tuple[str, ...]:
-    """``DDPIMG_KEEP_ENV``: comma- or whitespace-separated names or fnmatch patterns."""
+    """``DDPIMG_KEEP_ENV`` or one ``--keep-env``: comma- or whitespace-separated names or
+    fnmatch patterns."""
     return tuple(p for p in value.replace(",", " ").split() if p)
 
 

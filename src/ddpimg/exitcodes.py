@@ -7,6 +7,7 @@ records in manifest.json both come from ``for_error``.
 from __future__ import annotations
 
 from ddpimg.errors import DdpimgError, RankLostError, RendezvousError
+from ddpimg.optional import missing_package
 
 OK = 0
 TRAINING_FAILED = 1  # an exception during training, e.g. a peer rank died
@@ -28,7 +29,7 @@ def for_error(err: BaseException) -> int:
         return RENDEZVOUS_FAILED
     if isinstance(err, RankLostError):
         return RANK_LOST
-    if isinstance(err, DdpimgError):
+    if isinstance(err, DdpimgError) or missing_package(err) is not None:
         return USAGE
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else TRAINING_FAILED

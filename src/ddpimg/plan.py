@@ -129,10 +129,11 @@ def _master_port(topology: Topology, profile: SiteProfile, notes: list[str]) -> 
         return topology.master_port
     port = derive_port(topology.job_key, profile.port_range)
     lo, hi = profile.port_range
-    notes.append(
-        f"MASTER_PORT={port}: derived from job key {topology.job_key!r} in {profile.name}'s "
-        f"range {lo}-{hi}"
-    )
+    if topology.job_key:
+        why = f"derived from job key {topology.job_key!r} in {profile.name}'s range {lo}-{hi}"
+    else:  # one process outside any launcher: nothing names a job, nothing can clash
+        why = f"the first of {profile.name}'s range {lo}-{hi} (no launcher names a job)"
+    notes.append(f"MASTER_PORT={port}: {why}")
     return port
 
 
@@ -206,7 +207,8 @@ def build_plan(
     master_addr = _master_addr(topology, profile, notes)
     master_port = _master_port(topology, profile, notes)
 
-    keep_patterns = keep + parse_keep_list(env.get("DDPIMG_KEEP_ENV", "")) + profile.keep
+    flags = tuple(pattern for value in keep for pattern in parse_keep_list(value))
+    keep_patterns = flags + parse_keep_list(env.get("DDPIMG_KEEP_ENV", "")) + profile.keep
     clean = clean_environment(
         env,
         extra_remove=profile.remove,

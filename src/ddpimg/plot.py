@@ -10,7 +10,14 @@ else manifest.json), plus its directory name where two runs share one; runs over
 the trajectory does not depend on the topology, so earlier runs are drawn wider. Throughput
 is the summary's steady rate (warm-up steps left out) where the run had one, else its
 overall rate; runs without a summary (unfinished) appear in the loss and accuracy panels
-only.
+only. Where the runs' ranks computed with different numbers of CPU threads (the manifest's
+``run_info.cpu_threads``: one process gets the whole machine, two get half each), the
+efficiency compares unequal shares of the CPU and can pass 100%: ``threads_caveat`` says so,
+on the panel and on the command's output.
+
+A fifth panel appears when a run was profiled (``train --profile``): the mean time of a
+profiled step, split into the loop's phases (data, forward, backward, optimizer,
+collective, ...; ``ddpimg.trace_breakdown``), one bar per run and rank.
 
 Reading runs (``read_run``) and the scaling table (``scaling``) need no matplotlib;
 ``plot_runs`` imports it when called and renders with the Agg canvas, without pyplot.
@@ -27,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.trace_breakdown import PHASES, StepBreakdown, read_breakdowns
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -35,14 +43,18 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Run:
     """What the plot takes from one ``train --out`` directory. ``train``: (epoch as a
-    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy);
-    ``samples_per_s``: None for a run without a summary line."""
+    fraction, loss) of each logged step; ``eval``: (epoch, loss, accuracy: NaN when none);
+    ``samples_per_s``: None for a run without a summary line; ``breakdown``: the
+    profiled step's phases on each rank ([] when not profiled); ``cpu_threads``: a CPU
+    rank's intra-op threads (None: a GPU run, or not recorded)."""
 
     path: Path
     world_size: int | None
     train: list[tuple[float, float]] = field(default_factory=list)
-    eval: list[tuple[int, float, float]] = field(default_factory=list)
+    eval: list[tuple[float, float, float]] = field(default_factory=list)
     samples_per_s: float | None = None
+    breakdown: list[StepBreakdown] = field(default_factory=list)
+    cpu_threads: int | None = None
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
@@ -76,20 +88,28 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _manifest_world_size(path: Path) -> int | None:
+def _manifest_int(path: Path, section: str, key: str) -> int | None:
+    """``manifest.json``'s ``section.key`` when it is an integer; None when absent or bad
+    (a plot does without it)."""
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        size = manifest["distributed"]["world_size"]
+        value = manifest[section][key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return size if isinstance(size, int) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None) -> list[float]:
     """Where each train line sits in epochs: step / steps per epoch when the summary says
-    how many steps an epoch has, else evenly spread over its epoch."""
+    how many steps an epoch has; the line's own epoch when it is fractional (a Hugging Face
+    or Lightning script's); else evenly spread over its epoch. A script that logs no epoch
+    (``ddpimg.log(step, loss=...)``) is placed by its step."""
     if steps_per_epoch:
         return [record["step"] / steps_per_epoch for record in train]
+    if any("epoch" not in record for record in train):
+        return [float(record["step"]) for record in train]
+    if any(not float(record["epoch"]).is_integer() for record in train):
+        return [float(record["epoch"]) for record in train]
     per_epoch = Counter(record["epoch"] for record in train)
     seen: Counter[int] = Counter()
     positions = []
@@ -99,6 +119,12 @@ def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None)
     return positions
 
 
+def _accuracy(record: dict[str, Any]) -> float:
+    """An eval line's accuracy; NaN (not drawn) for a script that evaluates none."""
+    value = record.get("accuracy")
+    return float("nan") if value is None else float(value)
+
+
 def read_run(path: Path) -> Run:
     """The curves of the run in ``path``; a DdpimgError names a missing or bad file."""
     records = _read_records(path)
@@ -106,7 +132,7 @@ def read_run(path: Path) -> Run:
     summary = summaries[-1] if summaries else {}
     world_size = summary.get("world_size")
     if not isinstance(world_size, int):
-        world_size = _manifest_world_size(path)
+        world_size = _manifest_int(path, "distributed", "world_size")
     train = [record for record in records if record["kind"] == "train"]
     positions = _fractional_epochs(train, summary.get("steps_per_epoch"))
     rate = summary.get("steady_samples_per_s") or summary.get("samples_per_s")
@@ -115,11 +141,13 @@ def read_run(path: Path) -> Run:
         world_size=world_size,
         train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
         eval=[
-            (int(r["epoch"]), float(r["loss"]), float(r["accuracy"]))
+            (float(r.get("epoch", r.get("step", 0))), float(r["loss"]), _accuracy(r))
             for r in records
-            if r["kind"] == "eval"
+            if r["kind"] == "eval" and r.get("loss") is not None
         ],
         samples_per_s=float(rate) if rate else None,
+        breakdown=read_breakdowns(path),
+        cpu_threads=_manifest_int(path, "run_info", "cpu_threads"),
     )
 
 
@@ -160,6 +188,28 @@ def scaling(runs: Sequence[Run]) -> list[ScalingPoint]:
     return [ScalingPoint(world, rate, rate / (world * per_process)) for world, rate in measured]
 
 
+def threads_caveat(runs: Sequence[Run]) -> str | None:
+    """A note when the runs the scaling panels compare had different CPU threads per
+    process; None when they had the same (or it is not known)."""
+    threads: dict[int, set[int]] = {}
+    for run in runs:
+        if run.world_size is not None and run.samples_per_s is not None and run.cpu_threads:
+            threads.setdefault(run.world_size, set()).add(run.cpu_threads)
+    if len({count for counts in threads.values() for count in counts}) < 2:
+        return None
+    listed = "; ".join(
+        f"{world} process{'' if world == 1 else 'es'}: "
+        + "/".join(str(count) for count in sorted(counts))
+        + f" thread{'' if counts == {1} else 's'}"
+        for world, counts in sorted(threads.items())
+    )
+    return (
+        f"the runs' processes had different CPU threads ({listed}), so scaling efficiency "
+        "compares unequal shares of the CPU and can pass 100%; give every run the same "
+        "OMP_NUM_THREADS to compare processes alone"
+    )
+
+
 def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
     """Render the four panels for ``runs`` into ``output`` (format from its suffix, e.g.
     .png) and return the figure."""
@@ -172,8 +222,14 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
             hint="pip install matplotlib (or ddpimg[plot])",
         ) from err
 
-    figure = Figure(figsize=(12, 8), layout="constrained")
-    loss_ax, accuracy_ax, rate_ax, efficiency_ax = figure.subplots(2, 2).flatten()
+    profiled = any(run.breakdown for run in runs)
+    figure = Figure(figsize=(12, 12 if profiled else 8), layout="constrained")
+    grid = figure.add_gridspec(3 if profiled else 2, 2)
+    loss_ax, accuracy_ax, rate_ax, efficiency_ax = (
+        figure.add_subplot(grid[row, column]) for row in (0, 1) for column in (0, 1)
+    )
+    if profiled:
+        _plot_breakdown(figure.add_subplot(grid[2, :]), runs)
     for order, (run, label) in enumerate(zip(runs, labels(runs), strict=True)):
         # Runs of one job on different topologies overlap (that is the point): earlier runs
         # are drawn wider, so each stays visible around the ones drawn over it.
@@ -185,7 +241,12 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
         else:
             color = None
         epochs = [epoch for epoch, _, _ in run.eval]
-        style = {"marker": "o", "markersize": 3 + 2 * width, "color": color, "linewidth": width}
+        style: dict[str, Any] = {
+            "marker": "o",
+            "markersize": 3 + 2 * width,
+            "color": color,
+            "linewidth": width,
+        }
         loss_ax.plot(
             epochs,
             [loss for _, loss, _ in run.eval],
@@ -216,7 +277,12 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
         for axes in (rate_ax, efficiency_ax):
             axes.text(0.5, 0.5, "no finished run", ha="center", transform=axes.transAxes)
     rate_ax.set(xlabel="processes", ylabel="samples/s", title="Throughput")
-    efficiency_ax.set(xlabel="processes", ylabel="efficiency (%)", title="Scaling efficiency")
+    caveat = threads_caveat(runs)
+    efficiency_ax.set(
+        xlabel="processes",
+        ylabel="efficiency (%)",
+        title="Scaling efficiency" + (" (threads per process differ)" if caveat else ""),
+    )
     for axes in (rate_ax, efficiency_ax):
         if worlds:
             axes.set_xticks(sorted(set(worlds)))
@@ -233,3 +299,32 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
             hint="give a writable path ending in .png (or .pdf, .svg)",
         ) from err
     return figure
+
+
+def _plot_breakdown(axes: Any, runs: Sequence[Run]) -> None:
+    """Stacked horizontal bars: a profiled step's mean milliseconds per phase, a bar for
+    each rank of each profiled run."""
+    bars = [
+        (f"{label}, rank {item.rank}", item)
+        for run, label in zip(runs, labels(runs), strict=True)
+        for item in run.breakdown
+    ]
+    phases = [phase for phase in PHASES if any(phase in item.phases for _, item in bars)]
+    left = [0.0] * len(bars)
+    positions = range(len(bars))
+    for phase in phases:
+        widths = [1e3 * item.phases.get(phase, 0.0) for _, item in bars]
+        axes.barh(positions, widths, left=left, label=phase)
+        left = [start + width for start, width in zip(left, widths, strict=True)]
+    axes.scatter(
+        [1e3 * item.step_s for _, item in bars], positions, marker="|", s=400, color="black",
+        label="whole step", zorder=3,
+    )  # fmt: skip
+    axes.set_yticks(list(positions), [name for name, _ in bars])
+    axes.invert_yaxis()
+    axes.set(xlabel="ms per step", title="Step-time breakdown of the profiled steps (--profile)")
+    axes.legend(
+        fontsize="small", ncols=min(len(phases) + 1, 8), loc="upper center",
+        bbox_to_anchor=(0.5, -0.25),
+    )  # fmt: skip
+    axes.grid(True, axis="x", alpha=0.3)

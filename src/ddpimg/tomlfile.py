@@ -51,6 +51,31 @@ def read_toml(path: Path, error: type[DdpimgError], *, what: str, path_hint: str
         ) from err
 
 
+_TOML_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, on one line: quotes, backslashes and control
+    characters escaped (what ``json.dumps`` would leave raw, DEL, TOML refuses)."""
+    out = []
+    for char in text:
+        if char in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[char])
+        elif char < " " or char == "\x7f":
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
 def is_int(value: object) -> bool:
     """An integer, and not a boolean: TOML's ``true`` is a Python bool, which is an int, and
     a file saying ``true`` did not mean a number."""

@@ -1,6 +1,11 @@
 """The GPU runbook (benchmarks/gpu_runbook.py): its dry run, the same plan as on a GPU run on
-the CPU at toy sizes, every part in one process (what CI checks of it: no GPU here); and its
-pure pieces: the budget, the summary's limit, the step and cell selection, the comparisons."""
+the CPU at toy sizes, every part in one process (marked ``runbook``: about 5 minutes, so
+`nox -s runbook-dry-run` runs it, before a GPU session and after a change to benchmarks/,
+and the unit session leaves it out); and its pure pieces: the budget, the summary's limit,
+the step and cell selection, the comparisons.
+
+No verdict here depends on the machine's speed: the dry run's budget and its commands'
+limits are hang guards (gpu_runbook.py's DRY_RUN_*), and so is DRY_RUN_GUARD_S below."""
 
 from __future__ import annotations
 
@@ -17,7 +22,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+from gpu_runbook import DRY_RUN_MEASURED
 from runbook import report
+from runbook.commands import Ran
 from runbook.matrix import first_difference, loss_falls, one_rank_cells, two_rank_cells
 from runbook.model import Context, Deadline, Outcome
 from runbook.plan import PARTS, PLAN, steps_of
@@ -25,6 +32,8 @@ from runbook.plan import PARTS, PLAN, steps_of
 RUNBOOK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runbook.py"
 # The steps that need a GPU to say anything; in the dry run they run as far as the CPU allows.
 NO_GPU = "dry run: no GPU"
+# A hang guard on the whole dry run (every part): more than 5x the DRY_RUN_WHOLE_S it took.
+DRY_RUN_GUARD_S = 5 * DRY_RUN_MEASURED["whole_s"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class DryRun:
         return next(s for s in self.part(number)["steps"] if s["name"] == name)
 
 
-def runbook(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def runbook(*args: str, timeout: float = DRY_RUN_GUARD_S) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if name != "OUT"}
     return subprocess.run(
         [sys.executable, str(RUNBOOK), *args],
@@ -62,6 +71,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
 
 
 @pytest.mark.parametrize("part", PARTS)
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_dry_run_runs_every_step_of_the_plan(dry_run: DryRun, part: int) -> None:
@@ -76,6 +86,7 @@ def test_the_dry_run_runs_every_step_of_the_plan(dry_run: DryRun, part: int) -> 
             assert row["status"] == "pass" or row["detail"].startswith(NO_GPU), row
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_every_sampled_cell_resumed_and_repeated_bitwise(dry_run: DryRun) -> None:
@@ -95,6 +106,7 @@ def test_every_sampled_cell_resumed_and_repeated_bitwise(dry_run: DryRun) -> Non
         assert loss_falls(record["losses"])
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_flight_record_names_the_rank_that_never_joined(dry_run: DryRun) -> None:
@@ -105,6 +117,7 @@ def test_the_flight_record_names_the_rank_that_never_joined(dry_run: DryRun) -> 
     assert len(stuck["rank_0"]) == 1
 
 
+@pytest.mark.runbook
 @pytest.mark.torchrun
 @pytest.mark.deepspeed
 def test_the_tables_hold_every_row_and_the_summary_fits(dry_run: DryRun) -> None:
@@ -139,6 +152,19 @@ def test_a_budget_under_the_reserve_is_refused(tmp_path: Path) -> None:
     proc = runbook("--dry-run", "--budget-s", "5", "--out", str(tmp_path))
     assert proc.returncode == 2
     assert "--budget-s 5 leaves nothing to run: give more than 10" in proc.stderr
+
+
+def test_a_command_is_killed_by_its_limit_or_the_budget_and_says_which() -> None:
+    now = [0.0]
+    deadline = Deadline(100, 10, clock=lambda: now[0])
+    assert deadline.command_limit(30) == (30, "its hang guard of 30 s")
+    assert deadline.command_limit(None) == (90, "the part's budget")
+    now[0] = 80.0
+    assert deadline.command_limit(30) == (10, "the part's budget")
+    guarded = Deadline(100, 10, clock=lambda: now[0], hang_guard_s=5)
+    assert guarded.command_limit(30) == (5, "its hang guard of 5 s")
+    killed = Ran(("train",), None, "", "", 5.2, "its hang guard of 5 s")
+    assert killed.verdict() == "killed by its hang guard of 5 s after 5 s"
 
 
 def test_the_deadline_refuses_what_does_not_fit() -> None:

@@ -34,3 +34,27 @@ def test_commands_exit_2_naming_the_count(command: str, nproc: str) -> None:
         f"ddpimg: error: --nproc-per-node {nproc}: the number of local workers must be at least 1"
     )
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "doctor"])
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf", "ten"])
+def test_a_timeout_that_is_not_a_positive_number_exits_2(command: str, timeout: str) -> None:
+    argv = [sys.executable, "-m", "ddpimg", command, "--timeout", timeout, "--site", "local"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"argument --timeout: must be a number of seconds above 0, got '{timeout}'" in (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_train_names_itself_and_lists_no_empty_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ddpimg.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser("train", command_prog="train").parse_args(["train", "--help"])
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: train ")
+    assert "--backend {nccl,gloo}" in usage

@@ -53,7 +53,7 @@ def test_job_file_with_flags_over_it(tmp_path: Path) -> None:
         'site = "puhti"\nnodes = 2\ntime = "01:00:00"\npartition = "gputest"\n'
         'command = ["train", "toy"]\n'
     )
-    proc = ddpimg("--config", str(config), "--partition", "gpu")
+    proc = ddpimg("--config", str(config), "--partition", "gpu", "--allow-retired")
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --partition=gpu\n" in proc.stdout
     assert "#SBATCH --gres=gpu:v100:4\n" in proc.stdout  # from the site the file names
@@ -61,9 +61,21 @@ def test_job_file_with_flags_over_it(tmp_path: Path) -> None:
 
 
 def test_site_from_ddpimg_site() -> None:
+    proc = ddpimg(*JOB, "--", "train", env={"DDPIMG_SITE": "roihu"})
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --gres=gpu:gh200:4\n" in proc.stdout
+
+
+def test_a_retired_site_exits_2_naming_its_successor() -> None:
     proc = ddpimg(*JOB, "--", "train", env={"DDPIMG_SITE": "mahti"})
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("ddpimg: error: site mahti is retired: ")
+    assert "hint: use --site roihu; --allow-retired renders it anyway" in proc.stderr
+    proc = ddpimg(*JOB, "--allow-retired", "--", "train", env={"DDPIMG_SITE": "mahti"})
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --gres=gpu:a100:4\n" in proc.stdout
+    assert "ddpimg: warning: site mahti is retired" in proc.stderr
 
 
 def test_errors_exit_2_and_render_nothing() -> None:
@@ -83,7 +95,8 @@ def test_submit_refuses_a_missing_image(tmp_path: Path) -> None:
 
 def test_submit_without_sbatch_on_path(tmp_path: Path) -> None:
     proc = ddpimg(
-        "--site", "local", *JOB, "--runtime", "none", "--gpu-request", "none", "--submit",
+        "--site", "local", "--nodes", "1", "--time", "60", "--runtime", "none",
+        "--gpu-request", "none", "--submit",
         "--", "train", env={"PATH": str(tmp_path)},
     )  # fmt: skip
     assert proc.returncode == 2

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,8 +87,9 @@ def test_flag_sets_field(argv: list[str], field: str, value: object) -> None:
         (["--seed", "-1"], r"--seed must be at least 0, got -1"),
         (["--seed", str(2**63)], r"--seed must be below 2\*\*63, got 9223372036854775808"),
         (["--log-every", "0"], r"--log-every must be at least 1, got 0"),
-        (["--lr", "0"], r"--lr must be positive, got 0.0"),
-        (["--lr", "nan"], r"--lr must be positive, got nan"),
+        (["--lr", "0"], r"--lr must be a positive number, got 0.0"),
+        (["--lr", "nan"], r"--lr must be a positive number, got nan"),
+        (["--lr", "inf"], r"--lr must be a positive number, got inf"),
         (["--gamma", "0"], r"--gamma must be in \(0, 1\], got 0.0"),
         (["--gamma", "1.5"], r"--gamma must be in \(0, 1\], got 1.5"),
         (["--data", ""], r"--data is empty\n  hint: give 'synthetic', or the dataset's path"),
@@ -362,3 +364,52 @@ def test_bad_checkpoint_flags_are_named(argv: list[str], message: str) -> None:
 
 def test_preempt_signals_are_a_json_list() -> None:
     assert json.loads(json.dumps(parse().to_json()))["preempt_signals"] == ["USR2", "TERM"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "log_to"),
+    [
+        ([], {}, ()),
+        ([], {"DDPIMG_LOG_TO": "tensorboard"}, ("tensorboard",)),
+        (["--log-to", "mlflow,tensorboard"], {"DDPIMG_LOG_TO": "wandb"}, ("mlflow", "tensorboard")),
+        (["--log-to", "none"], {"DDPIMG_LOG_TO": "wandb"}, ()),
+    ],
+)
+def test_log_to_from_the_flag_or_the_variable(
+    argv: list[str], env: dict[str, str], log_to: tuple[str, ...]
+) -> None:
+    assert train_config(parser().parse_args(argv), env).log_to == log_to
+
+
+def test_tracker_and_profile_flags() -> None:
+    argv = [
+        "--log-to", "wandb", "--project", "p", "--run-name", "n", "--run-group", "g",
+        "--wandb-entity", "e", "--profile", "20-25", "--memory-snapshot",
+    ]  # fmt: skip
+    config = train_config(parser().parse_args(argv), {})
+    assert (config.project, config.run_name, config.run_group, config.wandb_entity) == (
+        "p",
+        "n",
+        "g",
+        "e",
+    )
+    assert (config.profile_steps, config.memory_snapshot) == ((20, 25), True)
+    assert config.to_json()["profile_steps"] == [20, 25]
+    assert config.to_json()["log_to"] == ["wandb"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--log-to", "wandb"], {"WANDB_MODE": "cloud"}, "WANDB_MODE='cloud'"),
+        (["--profile", "5-2"], {}, "--profile 5-2: steps count from 1"),
+        (["--profile", "0"], {}, "--profile 0-0: steps count from 1"),
+        (["--profile", "x"], {}, "--profile 'x' is not a step range"),
+        (["--memory-snapshot"], {}, "--memory-snapshot records the allocator over the --profile"),
+    ],
+)
+def test_bad_tracker_and_profile_settings_are_named(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(DdpimgError, match=re.escape(message)):
+        train_config(parser().parse_args(argv), env)

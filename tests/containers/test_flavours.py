@@ -28,13 +28,14 @@ pytestmark = pytest.mark.docker
 V100 = (7, 0)
 GH200 = (9, 0)
 # Emulated, torch takes ~30 s to import and every step runs under qemu: QUICK_TRAIN's
-# mnist run (the default trainer, synthetic data), shortened to 4 small steps.
+# mnist run (the default trainer, synthetic data), shortened to 2 small steps and a small
+# evaluation (what the check needs: steps logged, an evaluation, a completed manifest).
 EMULATED_TRAIN = [
-    "mnist", "--data", "synthetic", "--epochs", "1", "--max-steps", "4", "--log-every", "1",
-    "--global-batch-size", "16", "--train-samples", "64", "--eval-samples", "32", "--seed", "7",
+    "mnist", "--data", "synthetic", "--epochs", "1", "--max-steps", "2", "--log-every", "1",
+    "--global-batch-size", "8", "--train-samples", "16", "--eval-samples", "8", "--seed", "7",
 ]  # fmt: skip
 # What each GPU image trains on the CPU, by its lock: the arguments and the steps logged.
-TRAINING = {"pypi-cu128": (QUICK_TRAIN, 8), "pypi-arm64": (EMULATED_TRAIN, 4)}
+TRAINING = {"pypi-cu128": (QUICK_TRAIN, 8), "pypi-arm64": (EMULATED_TRAIN, 2)}
 PROBE = (
     "import json, platform, torch\n"
     "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda,\n"

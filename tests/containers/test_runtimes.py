@@ -6,7 +6,7 @@ For each runtime the test renders a 1-node job of two CPU ranks (``--site local
 --gpu-request none``) and runs its step's command, from the task prelude on, once per rank
 with the variables `srun` gives each task, in the job's working directory, the way srun
 would: the runtime's line, its environment passing and its binds are the ones users get. The
-two ranks' losses must match one process's.
+two ranks' losses must match one process's (tests/integration/runs.py's QUICK_TOLERANCE).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 
 from tests.containers.podman_hpc import Store
 from tests.containers.test_smoke import docker_env, slurm_step
-from tests.integration.runs import QUICK_TRAIN, assert_close, run, train_losses
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, run, train_losses
+from tests.noise import assert_within
 
 pytestmark = pytest.mark.docker
 
-REL = 1e-4
 RANKS = 2
 STEP_TIMEOUT_S = 300
 
@@ -87,7 +87,7 @@ def check_two_ranks(workdir: Path, job_id: str, reference: list[float]) -> None:
     assert manifest["status"] == "completed"
     assert manifest["distributed"]["world_size"] == RANKS
     assert manifest["run_info"]["source"] == "slurm"
-    assert_close(train_losses(run_dir), reference, REL, "2 ranks vs 1 process")
+    assert_within(train_losses(run_dir), reference, QUICK_TOLERANCE, "2 ranks vs 1 process")
 
 
 def test_rendered_docker_step_runs_two_ranks(
@@ -108,7 +108,7 @@ def test_rendered_podman_hpc_step_runs_two_ranks(
     assert podman_hpc_store is not None  # made by conftest.py when podman is here
     podman_hpc = podman_hpc_store.wait()
     command = step_command(render("podman-hpc", image, tmp_path))
-    assert " podman-hpc run --rm --network=host --ipc=host --user=0:0 --env 'SLURM_*'" in command
+    assert " podman-hpc shared-run --network=host --ipc=host --user=0:0 --env 'SLURM_*'" in command
     job_id = str(51000 + os.getpid() % 10000)
     run_step(command, podman_hpc, tmp_path, job_id)
     check_two_ranks(tmp_path, job_id, reference)

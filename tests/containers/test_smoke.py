@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.runs import QUICK_TRAIN, run, train_losses
+from tests.integration.runs import QUICK_TRAIN, read_metrics, run, train_losses
 
 pytestmark = pytest.mark.docker
 
@@ -209,3 +209,34 @@ def test_a_polluted_host_environment_still_trains(
     assert len(train_losses(out_dir / "polluted")) == 8
     # The image's build-info file is recorded in every run's manifest.
     assert manifest["versions"]["image"] == build_info
+
+
+def test_trackers_log_offline_on_a_read_only_root(
+    image: str, out_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 local workers log to TensorBoard, W&B (offline) and MLflow (file store) inside the
+    container, root read-only, HOME on the tmpfs; each tracker's own reader, on the host,
+    reads back the losses of metrics.jsonl."""
+    from tests.trackers.offline import OFFLINE_ENV
+    from tests.trackers.readback import mlflow_series, tensorboard_scalars, wandb_history
+
+    command = [
+        "train", "--nproc-per-node", "2", "--site", "local", *QUICK_TRAIN,
+        "--log-to", "tensorboard,wandb,mlflow", "--out", f"{OUT}/trackers",
+    ]  # fmt: skip
+    docker_run(image, command, options=[*READ_ONLY, *mounted(out_dir)], env=OFFLINE_ENV)
+    out = out_dir / "trackers"
+    expected = [(m["step"], m["loss"]) for m in read_metrics(out) if m["kind"] == "train"]
+    assert len(expected) == 8
+
+    board = tensorboard_scalars(out / "tensorboard")["train/loss"]
+    assert [step for step, _ in board] == [step for step, _ in expected]
+    (offline,) = (out / "wandb").glob("offline-run-*")
+    rows = wandb_history(offline, dict(os.environ) | OFFLINE_ENV)
+    assert [(r["_step"], r["train/loss"]) for r in rows if "train/loss" in r] == expected
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient((out / "mlruns").resolve().as_uri())
+    run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
+    assert mlflow_series(client, run_id, "train/loss") == expected

@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,24 @@ def test_the_commands_pack_and_index(
     assert f"{tree}: 30 training and 12 evaluation samples, 3 classes (imagefolder)" in out
     assert main(["data", "index", str(tmp_path / "missing")]) == 2
     assert "ddpimg: error: --data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (".", [], r"data pack: DST .* is SRC .*: the shards would be written into the image"),
+        ("train/shards", [], r"data pack: DST .* is inside SRC .*: the shards would be"),
+        ("../elsewhere", ["--shard-mb", "0"], r"--shard-mb must be a positive number of MB, got 0"),
+        ("../elsewhere", ["--shard-mb", "nan"], r"--shard-mb must be a positive number of MB"),
+        ("../elsewhere", ["--quality", "1000"], r"--quality must be from 1 to 100, got 1000"),
+    ],
+)
+def test_requests_that_cannot_be_packed_exit_2_before_writing(
+    tree: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, list[str], str]
+) -> None:
+    target, extra, message = case
+    before = sorted(tree.rglob("*"))
+    assert main(["data", "pack", str(tree), str(tree / target), *extra]) == 2
+    assert re.search("^ddpimg: error: " + message, capsys.readouterr().err)
+    assert sorted(tree.rglob("*")) == before
+    assert not (tree / "../elsewhere").exists()

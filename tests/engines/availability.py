@@ -108,6 +108,10 @@ def _multinode() -> str | None:
     return _missing_commands("ip", "nsenter", "unshare", "setpriv", "nft") or _slurm()
 
 
+def _shellcheck() -> str | None:
+    return _missing_commands("shellcheck")
+
+
 def _gpu() -> str | None:
     reason = _import_fails("torch")
     if reason is not None:
@@ -128,6 +132,7 @@ CHECKS: Mapping[str, Callable[[], str | None]] = {
     "docker": _docker,
     "podman": _podman,
     "multinode": _multinode,
+    "shellcheck": _shellcheck,
     "gpu": _gpu,
 }
 

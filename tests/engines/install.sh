@@ -18,6 +18,8 @@ PACKAGES=(
     docker.io                             # dockerd for tests marked docker (containers/engine.sh starts it)
     podman runc fuse-overlayfs            # podman for tests marked podman (with podman-hpc from PyPI)
     debootstrap                           # the local base image: no registry to pull FROM
+    stress-ng                             # tests/engines/neighbour.sh: a noisy neighbour
+    shellcheck                            # lints the rendered batch scripts (tests marked shellcheck)
 )
 # qemu-user runs the arm64 image's programs here (nox -s flavours). It must be 8.2 or newer:
 # older ones hand aarch64 programs the host's own /proc/cpuinfo, on which torch's CPU

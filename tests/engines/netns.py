@@ -61,7 +61,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from tests.engines.slurm import LocalSlurm, SlurmNode
+from tests.engines.slurm import DeclaredHardware, LocalSlurm, SlurmNode
 
 NETNS_DIR = Path("/run/netns")
 REGISTRY_DIR = Path("/run/ddpimg-netns")
@@ -278,11 +278,14 @@ class NamespaceCluster:
     node") use this cluster; ``on_node`` builds a command line that runs on one node.
     """
 
-    def __init__(self, workdir: Path, num_nodes: int = 2) -> None:
+    def __init__(
+        self, workdir: Path, num_nodes: int = 2, hardware: DeclaredHardware | None = None
+    ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes={num_nodes}: a cluster needs at least one node")
         self.workdir = Path(workdir).resolve()
         self.num_nodes = num_nodes
+        self.hardware = hardware  # what slurm.conf declares beyond CPUs (GRES, partitions)
         self.token = secrets.token_hex(3)
         self.nodes: tuple[Node, ...] = ()
         self.head_addr = ""
@@ -436,7 +439,9 @@ class NamespaceCluster:
                 settings={
                     "SlurmdPort": SLURMD_PORT,
                     "SrunPortRange": "{}-{}".format(*SRUN_PORT_RANGE),
+                    **({"GresTypes": "gpu"} if self.hardware and self.hardware.gres else {}),
                 },
+                hardware=self.hardware,
                 # PMIx's step daemons would otherwise talk to each other directly on
                 # kernel-chosen ports, which the eth0 filter drops; this way their messages
                 # go through slurmd's port, like all of Slurm's traffic.

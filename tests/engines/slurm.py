@@ -100,6 +100,17 @@ def parse_mpi_plugins(output: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class DeclaredHardware:
+    """What slurm.conf declares beyond CPUs and memory: ``gres`` of every node
+    (``gpu:a100:2``; ``GresTypes`` must name it), ``gres_conf`` (gres.conf's content) and
+    more ``partitions`` over every node, as (name, limits such as ``MaxTime=2-00:00:00``)."""
+
+    gres: str = ""
+    gres_conf: str = ""
+    partitions: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class SlurmNode:
     """One slurmd: its node name, the address slurmctld and srun reach it at, and the command
     prefix that starts a process on that node (empty: this machine as it is)."""
@@ -115,7 +126,8 @@ class LocalSlurm:
     By default one node, this machine, at 127.0.0.1. ``nodes`` replaces it with several;
     ``controller_addr`` is where the nodes reach slurmctld; ``settings`` add to or replace
     ``slurm.conf`` keys (e.g. ``SlurmdPort``, ``SrunPortRange``); ``mpi_settings``, when
-    given, are written to ``mpi.conf`` (e.g. ``PMIxDirectConn``).
+    given, are written to ``mpi.conf`` (e.g. ``PMIxDirectConn``). ``hardware`` declares what
+    the nodes have beyond CPUs and memory (GRES, more partitions), as a site's slurm.conf does.
     """
 
     def __init__(
@@ -127,6 +139,7 @@ class LocalSlurm:
         controller_addr: str = "127.0.0.1",
         settings: Mapping[str, object] | None = None,
         mpi_settings: Mapping[str, object] | None = None,
+        hardware: DeclaredHardware | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.host = socket.gethostname().split(".")[0]
@@ -134,6 +147,7 @@ class LocalSlurm:
         self.controller_addr = controller_addr
         self.settings = dict(settings or {})
         self.mpi_settings = dict(mpi_settings or {})
+        self.hardware = hardware or DeclaredHardware()
         self.cpus = cpus if cpus is not None else max(os.cpu_count() or 1, MIN_CPUS)
         self.conf_path = self.workdir / "slurm.conf"
         self.munge_dir: Path | None = None
@@ -303,16 +317,25 @@ class LocalSlurm:
             "MailProg": "/bin/true",
         } | self.settings
         lines = [f"{key}={value}" for key, value in settings.items()]
+        gres = f" Gres={self.hardware.gres}" if self.hardware.gres else ""
         lines += [
             f"NodeName={node.name} NodeAddr={node.addr} NodeHostname={node.name} "
-            f"CPUs={self.cpus} RealMemory={real_memory} State=UNKNOWN"
+            f"CPUs={self.cpus} RealMemory={real_memory}{gres} State=UNKNOWN"
             for node in self.nodes
         ]
+        everyone = ",".join(self.node_names)
         lines.append(
-            f"PartitionName={PARTITION} Nodes={','.join(self.node_names)} Default=YES "
+            f"PartitionName={PARTITION} Nodes={everyone} Default=YES "
             "MaxTime=INFINITE OverSubscribe=YES State=UP"
         )
+        lines += [
+            f"PartitionName={name} Nodes={everyone} {limits} OverSubscribe=YES State=UP"
+            for name, limits in self.hardware.partitions
+        ]
         self.conf_path.write_text("\n".join(lines) + "\n")
+        if self.hardware.gres_conf:
+            # Slurm reads gres.conf from the directory of slurm.conf.
+            (self.workdir / "gres.conf").write_text(self.hardware.gres_conf + "\n")
         if self.mpi_settings:
             # Slurm reads mpi.conf from the directory of slurm.conf.
             mpi_lines = [f"{key}={value}" for key, value in self.mpi_settings.items()]

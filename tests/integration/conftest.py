@@ -10,17 +10,30 @@ mutate them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from tests.engines import opcache
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.slurm import LocalSlurm
-from tests.integration.runs import PYTHON, QUICK_TRAIN, command, run, summary, train_losses
+from tests.integration.runs import (
+    PYTHON,
+    QUICK_TRAIN,
+    command,
+    module_cwd,
+    run,
+    scratch_directories,
+    summary,
+    test_cwd,
+    train_losses,
+)
+
+# Autouse: every launcher starts in a directory of its own (tests.integration.runs).
+__all__ = ["module_cwd", "scratch_directories", "test_cwd"]
 
 OUTSIDE_PREFIXES = ("SLURM_", "OMPI_", "PMI")
 RUN_DEFAULTS = {
@@ -42,15 +55,32 @@ def run_env() -> dict[str, str]:
     return env | RUN_DEFAULTS
 
 
+# ddpimg derives a Slurm job's port from its job ID, 16 ports a job in the default
+# 10,000-port range (ddpimg.topology.port): 625 job IDs before the ports repeat.
+JOB_IDS_BEFORE_PORTS_REPEAT = 625
+
+
+def first_job_id(env: Mapping[str, str]) -> int:
+    """The first job ID of this test process's private cluster. Under pytest-xdist every
+    worker runs a cluster of its own, and jobs of two clusters run at once: each worker's
+    IDs get a slice of their own of the IDs before the ports repeat, so that no two jobs
+    running at once derive one port."""
+    workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(env.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return 1 + worker * (JOB_IDS_BEFORE_PORTS_REPEAT // workers)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    """A private one-node Slurm cluster for the whole session, stopped at its end."""
+    """A private one-node Slurm cluster for the whole session (of this worker, under
+    pytest-xdist), stopped at its end."""
     decision = verdict(["slurm"], missing_reason, require_engines(os.environ))
     if decision.action == "skip":
         pytest.skip(decision.reason)
     if decision.action == "fail":
         pytest.fail(decision.reason, pytrace=False)
-    with LocalSlurm(tmp_path_factory.mktemp("slurm")) as cluster:
+    settings = {"FirstJobId": first_job_id(os.environ)}
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), settings=settings) as cluster:
         yield cluster
 
 
@@ -73,18 +103,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str])
 
 @pytest.fixture(scope="session")
 def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
-    """``run_env`` with a DeepSpeed op cache of this interpreter's own, already built.
-
-    DeepSpeed JIT-compiles its CPU communication op on first use (minutes on 2 busy cores)
-    into TORCH_EXTENSIONS_DIR, and compiles it again whenever the directory was last used
-    with other include paths (another virtual environment) or another ninja (PATH with or
-    without the venv's): the default ``~/.cache/torch_extensions`` is shared by all of
-    them. A directory per interpreter, built here once, keeps compiler runs out of every
-    test's timeout.
-    """
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    cache = Path.home() / ".cache" / "ddpimg-tests" / "torch_extensions" / key
-    env = run_env | {"TORCH_EXTENSIONS_DIR": str(cache)}
+    """``run_env`` with DeepSpeed's op cache (tests/engines/opcache.py) built, so that no
+    test's timeout includes the compiler's minutes."""
+    env = run_env | {opcache.VARIABLE: os.environ.get(opcache.VARIABLE, str(opcache.op_cache()))}
     build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     run([PYTHON, "-c", build], env, timeout=900)
     return env

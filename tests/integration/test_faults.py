@@ -78,7 +78,6 @@ def test_rank_that_never_joins_is_named_by_rank_0(tmp_path: Path, run_env: dict[
         "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
         "MASTER_ADDR": "127.0.0.1",
     }
-    started = time.monotonic()
     proc = run(
         [command("train"), *LONG_TRAIN, "--timeout", "5", "--out", str(tmp_path)],
         run_env | step,
@@ -86,7 +85,6 @@ def test_rank_that_never_joins_is_named_by_rank_0(tmp_path: Path, run_env: dict[
         timeout=120,
     )
     assert proc.returncode == 3, proc.stderr
-    assert time.monotonic() - started < 60
     assert "ddpimg: error:" in proc.stderr
     assert "1 of 2 ranks never joined" in proc.stderr
     assert "rank 1 (host ghostnode7)" in proc.stderr

@@ -26,7 +26,8 @@ import pytest
 from ddpimg import exitcodes
 from ddpimg.plot import plot_runs, read_run
 from ddpimg.train.checkpoint.files import verify
-from tests.integration.runs import assert_close, command, read_metrics, run, summary
+from tests.integration.runs import command, read_metrics, run, summary
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 TRAIN = [
     "--data", "synthetic", "--epochs", "3", "--log-every", "1", "--global-batch-size", "32",
@@ -37,6 +38,11 @@ STEPS = 12
 SIGNAL_AFTER = 6
 WAIT_S = 240
 STRATEGIES = {"ddp": [], "deepspeed": ["--strategy", "deepspeed", "--zero-stage", "1"]}
+# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-11-25): the
+# floor is one float32 step, 1.2e-7 (the reordering variants parted by less at steps 1-2);
+# over the 12 steps they and 2 ranks parted by at most 1.0e-7 (0.87x). 10x the floor, over
+# the 12 steps and the 3 evaluations between them (each an average over the same model).
+ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS + 3)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Popen = subprocess.Popen[str]
@@ -134,6 +140,8 @@ def test_sigusr2_then_resume_gives_the_uninterrupted_losses(
     # The launcher gets the signal (as from kill or a batch system) and passes it on.
     stopped = stop_midway(cmd, run_env, tmp_path, lambda proc: proc.send_signal(signal.SIGUSR2))
     check_preempted(tmp_path, stopped)
+    # The workers said why they stopped; the agent's "failed (exitcode: 75)" is not added.
+    assert "failed (exitcode" not in stopped.stderr, stopped.stderr[-3000:]
     resumed = run(cmd, run_env, timeout=WAIT_S)  # --resume auto is the default
     assert "ddpimg: resuming from" in resumed.stderr
     check_resumed(tmp_path, reference)
@@ -183,7 +191,9 @@ def test_truncated_newest_checkpoint_is_skipped_and_one_process_resumes(
     losses, expected = trajectory(out), trajectory(reference)
     assert losses[:10] == expected[:10]  # 8 steps and 2 evaluations, from the 2-process run
     assert [(kind, at) for kind, at, _ in losses] == [(kind, at) for kind, at, _ in expected]
-    assert_close([x for *_, x in losses], [x for *_, x in expected], 1e-4, "1 vs 2 processes")
+    assert_within(
+        [x for *_, x in losses], [x for *_, x in expected], ONE_VS_TWO, "1 vs 2 processes"
+    )
 
 
 @pytest.mark.torchrun

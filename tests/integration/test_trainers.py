@@ -5,10 +5,11 @@ Each cell runs ``train TRAINER --nproc-per-node 2`` on a configuration small eno
 two-core machine (tiny models, 32-pixel images, a few steps) and checks that the loss goes
 down, evaluation ran and the run completed. Every trainer runs under DDP, FSDP and
 DeepSpeed; every ZeRO stage runs at least once: all three with gpt (the cheapest), one
-each with the other trainers (the launches, not the steps, cost the time: about half a
-minute each on two cores). The gpt cells run 20 steps, so the same runs also give the
-acceptance comparisons: 2 processes, and 2 srun tasks, against one process (1e-4
-relative), and DeepSpeed ZeRO-2 against DDP (1e-3 relative). FSDP2 runs on the CPU with
+each with toy and resnet (mnist's cells run in test_launchers.py: COVERED); the launches,
+not the steps, cost the time: about half a minute each on two cores. The gpt cells run 20
+steps, so the same runs also give the acceptance comparisons: 2 processes, and 2 srun
+tasks, against one process, and DeepSpeed ZeRO-2 against DDP, each within 10x its
+measured noise floor (INVARIANCE, ZERO). FSDP2 runs on the CPU with
 Gloo, so its cells need no GPU.
 
 The gpt cells' checkpoints (every strategy's format, ZeRO 0-3 included) are exported with
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 import transformers
 
 from ddpimg.train.tasks.gpt.data import synthetic_sequences
-from tests.integration.runs import assert_close, command, read_metrics, run, summary, train_losses
+from tests.integration.runs import command, read_metrics, run, summary, train_losses
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 COMMON = ["--epochs", "1", "--log-every", "1", "--warmup-steps", "2", "--seed", "3"]
 TRAINERS = {
@@ -66,8 +68,13 @@ ZERO_STAGES = {
 }
 # What the summary reports on top of samples/s, per trainer.
 THROUGHPUT = {"mnist": set(), "toy": set(), "resnet": {"images_per_s"}, "gpt": {"tokens_per_s"}}
-INVARIANCE_REL = 1e-4
-ZERO_REL = 1e-3
+# gpt's 20 steps (python -m tests.noise -- gpt ..., AMD EPYC, 2026-11-25): the reordering
+# variants parted from one process by at most 1.1e-8 at steps 1-2, under one float32 step,
+# the floor (1.2e-7); over the 20 steps the variants and 2 ranks by at most 2.8e-8 (0.23x);
+# ZeRO-2 and DDP on 2 ranks were bitwise equal (two ranks' sums have one order). The
+# multiple is 10x the most seen, rounded up.
+INVARIANCE = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=20)
+ZERO = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=20)
 
 
 def arguments(trainer: str, strategy: str) -> list[str]:
@@ -97,10 +104,19 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str])
     return TwoRankRuns(tmp_path_factory.mktemp("two-ranks"), run_env)
 
 
+# Cells another test already runs, with stronger checks (against one process): mnist under
+# DDP with two workers of `train --nproc-per-node 2` (test_launchers.py's first test) and
+# mnist under ZeRO-1 with two ranks (test_launchers.py's DeepSpeed under mpirun, and
+# test_tutorial_launchers.py's under DeepSpeed's launcher). Not run twice.
+COVERED = {("mnist", "ddp"), ("mnist", "zero1")}
+
+
 def cells() -> list[object]:
     params = []
     for trainer in TRAINERS:
         for strategy in ["ddp", "fsdp", *ZERO_STAGES[trainer]]:
+            if (trainer, strategy) in COVERED:
+                continue
             marks = [pytest.mark.torchrun]
             if strategy.startswith("zero"):
                 marks.append(pytest.mark.deepspeed)
@@ -141,7 +157,7 @@ def gpt_one_process(
 @pytest.mark.torchrun
 def test_gpt_two_processes_match_one(two_ranks: TwoRankRuns, gpt_one_process: list[float]) -> None:
     losses = train_losses(two_ranks.out("gpt", "ddp"))
-    assert_close(losses, gpt_one_process, INVARIANCE_REL, "gpt, 2 processes vs 1")
+    assert_within(losses, gpt_one_process, INVARIANCE, "gpt, 2 processes vs 1")
 
 
 @pytest.mark.slurm
@@ -153,7 +169,7 @@ def test_gpt_two_srun_tasks_match_one_process(
     assert summary(tmp_path)["world_size"] == 2
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["run_info"]["source"] == "slurm"
-    assert_close(train_losses(tmp_path), gpt_one_process, INVARIANCE_REL, "gpt, srun -n 2 vs 1")
+    assert_within(train_losses(tmp_path), gpt_one_process, INVARIANCE, "gpt, srun -n 2 vs 1")
 
 
 @pytest.mark.torchrun
@@ -162,7 +178,7 @@ def test_zero2_follows_ddp_for_20_steps(two_ranks: TwoRankRuns) -> None:
     ddp = train_losses(two_ranks.out("gpt", "ddp"))
     zero2 = train_losses(two_ranks.out("gpt", "zero2"))
     assert len(ddp) == 20
-    assert_close(zero2, ddp, ZERO_REL, "gpt, DeepSpeed ZeRO-2 vs DDP")
+    assert_within(zero2, ddp, ZERO, "gpt, DeepSpeed ZeRO-2 vs DDP")
 
 
 def hf_eval_loss(directory: Path, seq_len: int, samples: int, vocab: int) -> float:

@@ -6,6 +6,12 @@ launcher with ``--deepspeed ds_config.json``. Every rank must see the launch's r
 size, the Trainer must train distributed (one process group, gradients averaged: the ranks
 end with the same weights), and the losses must be those of the same run under any other
 launcher.
+
+Tolerances (tests.noise): the same 2-rank run under another launcher, and ZeRO-1 against DDP,
+sums in the same order; measured on this machine, every loss was equal to the last bit
+(difference 0.0 under srun, mpirun and DeepSpeed's launcher), so the comparison allows 10
+float32 rounding steps (QUICK_TOLERANCE's measure, over the 4 steps). The ranks' weights
+after the run are compared bitwise: gradient averaging gives every rank the same update.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from typing import Any
 import pytest
 
 from tests.integration.runs import command, free_port, run
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 SCRIPT = Path(__file__).parent / "scripts" / "hf_clm.py"
 WORDS = ("the", "cat", "sat", "on", "a", "mat", "and", "then", "dog", "ran", "to", "hall")
+SAME_SUMS = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=4)
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto",
     "train_batch_size": "auto",
@@ -46,7 +54,7 @@ def reports(out: Path, deepspeed: bool = False) -> list[dict[str, Any]]:
     assert [(r["process_index"], r["trainer_world_size"]) for r in found] == [(0, 2), (1, 2)]
     assert all(r["distributed"] for r in found)
     assert {r["deepspeed"] for r in found} == {deepspeed}
-    assert found[0]["checksum"] == pytest.approx(found[1]["checksum"], rel=1e-9)
+    assert found[0]["checksum"] == found[1]["checksum"], "ranks ended with different weights"
     assert len(found[0]["losses"]) == 4
     return found
 
@@ -74,7 +82,7 @@ def test_srun(
     tmp_path: Path, slurm_env: dict[str, str], text: Path, torchrun_losses: list[float]
 ) -> None:
     run(["srun", "-n", "2", command("train"), *script(text, tmp_path)], slurm_env)
-    assert reports(tmp_path)[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-5)
+    assert_within(reports(tmp_path)[0]["losses"], torchrun_losses, SAME_SUMS, "srun vs torchrun")
 
 
 @pytest.mark.mpi
@@ -82,7 +90,7 @@ def test_mpirun(
     tmp_path: Path, run_env: dict[str, str], text: Path, torchrun_losses: list[float]
 ) -> None:
     run(["mpirun", "-np", "2", command("train"), *script(text, tmp_path)], run_env)
-    assert reports(tmp_path)[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-5)
+    assert_within(reports(tmp_path)[0]["losses"], torchrun_losses, SAME_SUMS, "mpirun vs torchrun")
 
 
 @pytest.mark.deepspeed
@@ -96,4 +104,4 @@ def test_deepspeed_launcher_with_a_deepspeed_config(
     run([*cmd, "--deepspeed", str(config)], deepspeed_env, timeout=600)
     found = reports(tmp_path / "out", deepspeed=True)
     # ZeRO-1 over the same global batch: DDP's trajectory.
-    assert found[0]["losses"] == pytest.approx(torchrun_losses, rel=1e-4)
+    assert_within(found[0]["losses"], torchrun_losses, SAME_SUMS, "ZeRO-1 vs DDP")

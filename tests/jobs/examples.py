@@ -27,16 +27,39 @@ COMMON = ["--nodes", "2", "--time", "12:00:00"]
 COMMAND = ["--", "train", "mnist", "--epochs", "5", "--global-batch-size", "256"]
 # What a site needs beyond COMMON; each variation shows one feature of the renderer.
 EXTRA: dict[str, list[str]] = {
-    "generic": ["--gpus-per-node", "4"],  # the generic profile knows no GPU count
-    "local": ["--gpu-request", "none", "--gpus-per-node", "2"],  # docker, CPU only
-    # AMD GPUs: singularity --rocm. No ROCm image can be built here, so one is named.
-    "lumi": ["--image", "ddp-rocm.sif"],
+    # The generic profile knows no GPU count, nor the CPUs a rank gets.
+    "generic": ["--gpus-per-node", "4", "--cpus-per-task", "8"],
+    # Docker, CPU only, on the one machine there is.
+    "local": ["--nodes", "1", "--gpu-request", "none", "--gpus-per-node", "2"],
+    # AMD GPUs: singularity --rocm, in LUMI's own PyTorch container with ddpimg beside it.
+    "lumi": ["--ddpimg-from", "/project/project_465000000/ddpimg"],
     "palmetto": ["--launch", "torchrun"],  # the origin tutorial's one launcher per node
+    # Retired: rendered for their archives only.
+    "puhti": ["--allow-retired"],
+    "mahti": ["--allow-retired"],
 }
 # Runtimes no shipped profile uses, each on the generic site.
 RUNTIME_EXAMPLES: dict[str, list[str]] = {
-    "runtime-pyxis": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "pyxis"],
-    "runtime-none": ["--site", "generic", "--gpus-per-node", "4", "--runtime", "none"],
+    "runtime-pyxis": [
+        "--site",
+        "generic",
+        "--gpus-per-node",
+        "4",
+        "--cpus-per-task",
+        "8",
+        "--runtime",
+        "pyxis",
+    ],
+    "runtime-none": [
+        "--site",
+        "generic",
+        "--gpus-per-node",
+        "4",
+        "--cpus-per-task",
+        "8",
+        "--runtime",
+        "none",
+    ],
 }
 # Where the training data comes from (ddpimg.jobs.data): a squashfs image mounted read-only,
 # or shards copied to every node's own disk; train resnet gets --data from them.

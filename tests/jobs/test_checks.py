@@ -11,8 +11,14 @@ from ddpimg.jobs import ERROR, WARNING, Finding, JobError, check_job, raise_for_
 from tests.jobs.conftest import shipped, spec_for
 
 
-def findings(site: str = "hdfml", submit: bool = False, **flags: Any) -> list[Finding]:
-    return check_job(spec_for(site, **flags), shipped(site), submit=submit)
+def findings(
+    site: str = "hdfml", submit: bool = False, allow_retired: bool = True, **flags: Any
+) -> list[Finding]:
+    """The findings of a job; a retired site's (puhti, mahti) as rendered for an archive
+    unless ``allow_retired`` is False."""
+    return check_job(
+        spec_for(site, **flags), shipped(site), submit=submit, allow_retired=allow_retired
+    )
 
 
 def only(found: list[Finding]) -> Finding:
@@ -27,8 +33,9 @@ def only(found: list[Finding]) -> Finding:
         ("hdfml", {"launch": "torchrun"}),
         ("perlmutter", {"nodes": 4}),
         ("della", {"nodes": 1, "gpus_per_node": 1}),  # one GPU on one node is fine
-        ("local", {"gpu_request": "none", "gpus_per_node": 2, "runtime": "none"}),
-        ("generic", {"gpus_per_node": 8}),  # the site does not say: no upper bound
+        ("local", {"gpu_request": "none", "gpus_per_node": 2, "runtime": "none", "nodes": 1}),
+        # The site does not say: no upper bound on GPUs; the CPUs of a rank must be given.
+        ("generic", {"gpus_per_node": 8, "cpus_per_task": 8}),
     ],
 )
 def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
@@ -119,8 +126,8 @@ def test_sound_jobs_have_no_findings(site: str, flags: dict[str, Any]) -> None:
         ),
         (
             "local",
-            {"gpu_request": "none", "gpus_per_node": 2, "command": ("train", "--nproc-per-node",
-                                                                     "2")},
+            {"gpu_request": "none", "gpus_per_node": 2, "nodes": 1,
+             "command": ("train", "--nproc-per-node", "2")},
             ERROR,
             "the command has --nproc-per-node 2 while srun starts 2 tasks per node",
             "use --launch torchrun",
@@ -163,7 +170,7 @@ def test_finding(site: str, flags: dict[str, Any], level: str, message: str, hin
 
 
 def test_single_gpu_node_job_spread_is_allowed_when_the_site_has_one_gpu_per_node() -> None:
-    assert findings("generic", nodes=4, gpus_per_node=1) == []
+    assert findings("generic", nodes=4, gpus_per_node=1, cpus_per_task=8) == []
 
 
 def test_missing_image_is_an_error_only_when_submitting(tmp_path: Path) -> None:
@@ -217,14 +224,48 @@ def test_raise_for_errors_ignores_warnings() -> None:
 # ------------------------------------------------------------- site facts the checks enforce
 
 
-def test_a_retired_site_says_so() -> None:
-    found = [f for f in findings("puhti") if "retired" in f.message]
+@pytest.mark.parametrize("site", ["puhti", "mahti"])
+def test_a_retired_site_refuses_to_render_naming_its_successor(site: str) -> None:
+    found = [f for f in findings(site, allow_retired=False) if "retired" in f.message]
+    assert [f.level for f in found] == [ERROR]
+    assert found[0].message.startswith(f"site {site} is retired: CSC shut ")
+    assert found[0].message.endswith(": its nodes take no jobs, a job would pend forever")
+    assert found[0].hint.startswith("use --site roihu; --allow-retired renders it anyway")
+    with pytest.raises(JobError, match=f"site {site} is retired"):
+        raise_for_errors(findings(site, allow_retired=False))
+
+
+def test_a_retired_site_renders_for_an_archive_with_a_warning() -> None:
+    found = [f for f in findings("puhti", allow_retired=True) if "retired" in f.message]
     assert [f.level for f in found] == [WARNING]
     assert found[0].message == (
         "site puhti is retired: CSC shut Puhti's computing services down on 31 July 2026; "
         "Roihu replaces it (--site roihu)"
     )
-    assert findings("roihu") == []
+    assert "use --site roihu" in found[0].hint
+
+
+def test_local_refuses_more_than_one_node() -> None:
+    flags = {"gpu_request": "none", "gpus_per_node": 2, "runtime": "none"}
+    found = only(findings("local", **flags))
+    assert found.level == ERROR
+    assert found.message.startswith("--nodes 2: site local runs jobs on at most 1 node (")
+    assert found.hint.startswith("--nodes 1, or the profile of the cluster")
+    assert findings("local", nodes=1, **flags) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "asked"),
+    [({"gpus_per_node": 4}, True), ({"gpus_per_node": 4, "cpus_per_task": 8}, False),
+     ({"gpus_per_node": 2, "gpu_request": "none"}, False)],
+)  # fmt: skip
+def test_generic_asks_for_the_cpus_of_a_gpu_rank(flags: dict[str, Any], asked: bool) -> None:
+    found = [f for f in findings("generic", **flags) if "CPUs a rank gets" in f.message]
+    assert len(found) == int(asked)
+    if asked:
+        assert found[0].level == ERROR
+        assert "--cpus-per-task C with C = CPUs per node / GPUs per node" in found[0].hint
+        assert "ddpimg site probe" in found[0].hint
 
 
 @pytest.mark.parametrize(
@@ -296,16 +337,24 @@ def test_memory_over_the_partition_limit() -> None:
     ]
 
 
-def test_an_amd_site_without_a_buildable_image_stops_unless_one_is_named() -> None:
+def test_an_amd_site_runs_its_own_container_with_ddpimg_from_or_a_named_image() -> None:
     found = only(findings("lumi"))
+    assert found.level == ERROR
+    assert found.message.startswith("the site's image /appl/local/laifs/containers/")
+    assert found.message.endswith("is the site's own PyTorch container, which does not carry "
+                                  "ddpimg")  # fmt: skip
+    assert findings("lumi", ddpimg_from="/project/p/ddpimg") == []
+    assert findings("lumi", image="/project/p/my-rocm.sif") == []
+
+
+def test_ddpimgs_own_rocm_flavour_cannot_be_built() -> None:
+    found = only(findings("lumi", image=None, runtime="apptainer"))
     assert found.level == ERROR
     assert found.message == (
         "site lumi's MI250X need the rocm image (ddp-rocm.sif), which this project cannot build "
         "yet (no lock: its torch wheels come from an index the build machines cannot reach)"
     )
     assert found.hint.endswith("--gpu-request none --image ddp-cpu.sif")
-    assert findings("lumi", image="/project/p/my-rocm.sif") == []
-    assert findings("lumi", gpu_request="none", gpus_per_node=8) == []
 
 
 def test_a_per_task_cpu_binding_that_does_not_fit_the_tasks_is_not_rendered() -> None:

@@ -10,8 +10,9 @@ from ddpimg.cli.sbatch_cmd import prepare
 from ddpimg.errors import JobError
 from ddpimg.jobs import raise_for_errors
 from ddpimg.jobs.command import TrainCommand, shell_words
+from ddpimg.jobs.directives import SINGLE_QUOTED
 
-COMMON = ["--nodes", "2", "--time", "1:00:00", "--gpus-per-node", "4"]
+COMMON = ["--nodes", "2", "--time", "1:00:00", "--gpus-per-node", "4", "--cpus-per-task", "8"]
 
 
 def script(*args: str, command: tuple[str, ...] = ("train", "resnet")) -> str:
@@ -39,13 +40,14 @@ def test_staged_data_is_copied_per_node_bound_and_removed(runtime: str, bind: st
     text = script("--runtime", runtime, "--stage-data", "/scratch/shards/")
     copy = (
         'export DDPIMG_DATA="${TMPDIR:-/tmp}/ddpimg-data-${SLURM_JOB_ID}"\n'
+        f"{SINGLE_QUOTED}\n"
         "srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c "
-        """'mkdir -p "$1" && cp -rp "$0"/. "$1"/' /scratch/shards "${DDPIMG_DATA}" || {"""
+        """'mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/' /scratch/shards "${DDPIMG_DATA}" || {"""
     )
     assert copy in text
     assert bind in text
     assert '--data "${DDPIMG_DATA}"' in text
-    cleanup = 'srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf "${DDPIMG_DATA}"'
+    cleanup = 'srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf -- "${DDPIMG_DATA}"'
     # Staging before the step, removal after it and before a requeue.
     assert text.index(copy) < text.index("step_pid=$!") < text.index(cleanup)
     assert text.index(cleanup) < text.index("scontrol requeue")
@@ -64,6 +66,31 @@ def test_a_squashfs_image_is_mounted_at_data(runtime: str) -> None:
     assert "DDPIMG_DATA" not in text
 
 
+@pytest.mark.parametrize(
+    ("image", "mount"),
+    [("/p/imagenet.sqsh", "/p/imagenet.sqsh:/data:sqsh"),
+     ("imagenet.sqsh", "${PWD}/imagenet.sqsh:/data:sqsh")],
+)  # fmt: skip
+def test_the_container_engine_mounts_a_squashfs_image_at_data(image: str, mount: str) -> None:
+    """The EDF's own squashfs mount (FILE:/data:sqsh, CSCS's run page), relative paths from
+    the job's directory as for the image."""
+    text = script("--runtime", "edf", "--data-image", image)
+    assert f'mounts = ["${{PWD}}", "{mount}"]\n' in text
+    assert "--data /data " in text
+
+
+def test_staging_into_memory_is_warned_about() -> None:
+    parsed = build_parser().parse_args(
+        ["sbatch", "--site", "alps", "--nodes", "2", "--time", "1:00:00",
+         "--stage-data", "/capstor/shards", "--", "train", "resnet"]
+    )  # fmt: skip
+    found = [f for f in prepare(parsed, {}, "h").findings if "memory on site alps" in f.message]
+    assert [f.message for f in found] == [
+        "--stage-data copies into /dev/shm, which is memory on site alps: the copy counts "
+        "against the job's memory"
+    ]
+
+
 def test_the_users_data_option_is_replaced_when_it_names_the_same_place() -> None:
     text = script(
         "--stage-data", "/s", command=("train", "resnet", "--data", "/s/", "--epochs", "2")
@@ -78,8 +105,8 @@ def test_the_users_data_option_is_replaced_when_it_names_the_same_place() -> Non
         (
             ["--runtime", "docker", "--data-image", "/i.sqsh"],
             ("train", "resnet"),
-            r"--data-image needs apptainer or singularity to mount the image \(image-src=/\), "
-            r"but the job's runtime is docker",
+            r"--data-image needs apptainer, singularity or the CSCS Container Engine \(edf\) to "
+            r"mount the image, but the job's runtime is docker",
             r"--stage-data DIR \(the unpacked shards\), or --runtime apptainer",
         ),
         (

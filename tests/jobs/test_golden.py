@@ -36,7 +36,7 @@ def test_every_runtime_has_a_golden_file() -> None:
     starts = {
         "apptainer": "apptainer exec",
         "singularity": "singularity exec",
-        "podman-hpc": "podman-hpc run",
+        "podman-hpc": "podman-hpc shared-run",
         "pyxis": "--container-image=",
         "edf": '--environment="$edf"',
         "docker": "docker run",
@@ -55,6 +55,21 @@ def test_golden_script_is_valid_bash(example: str) -> None:
         check=False,
     )
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.shellcheck
+def test_golden_scripts_are_shellcheck_clean() -> None:
+    """Every finding, notes included: the renderer turns off only the two it means
+    (ddpimg.jobs.directives), each at the line it concerns."""
+    paths = sorted(str(GOLDEN_DIR / f"{example}.sh") for example in EXAMPLES)
+    check = subprocess.run(
+        ["shellcheck", "--severity=style", "--format=gcc", *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_job_file_example_of_the_docs_renders(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_a_range_is_rendered_for_the_job_and_left_to_slurm_in_the_step() -> None
     spec = spec_for("della", nodes=4, min_nodes=2, command=RANGED)
     script = render_script(spec, shipped("della"))
     assert "\n#SBATCH --nodes=2-4\n" in script
-    assert "\nsrun --nodes=${SLURM_JOB_NUM_NODES} --ntasks-per-node=2 " in script
+    assert '\nsrun --nodes="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=2 ' in script
     assert "2-4 nodes x 2 GPUs = 4-8 ranks" in script
     fixed = render_script(spec_for("della", nodes=4, command=RANGED), shipped("della"))
     assert "\n#SBATCH --nodes=4\n" in fixed

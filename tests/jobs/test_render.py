@@ -187,3 +187,20 @@ def test_every_variant_is_valid_bash(tmp_path: Path, runtime: str, launch: str) 
     path.write_text(script_for(runtime=runtime, launch=launch, array="0-1"))
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr
+
+
+def test_a_sites_variables_are_unset_before_any_srun() -> None:
+    """Palmetto's SLURM_MEM_PER_CPU / SLURM_MEM_PER_GPU (job.unset_env) would stop srun."""
+    script = script_for("palmetto", launch="torchrun")
+    unset = "\nunset SLURM_MEM_PER_CPU SLURM_MEM_PER_GPU\n"
+    assert unset in script
+    assert script.index(unset) < script.index("\nsrun ")
+    assert "\nunset " not in script_for("roihu")
+
+
+def test_a_partitions_note_is_written_above_its_line() -> None:
+    lines = script_for("roihu").splitlines()
+    at = lines.index("#SBATCH --partition=gpularge")
+    assert lines[at - 2].startswith("# gpularge: needs the project's access to gpularge")
+    assert "#SBATCH --partition=gpumedium" in script_for("roihu", partition="gpumedium", nodes=1)
+    assert "# gpumedium" not in script_for("roihu", partition="gpumedium", nodes=1)

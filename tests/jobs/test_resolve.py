@@ -217,8 +217,9 @@ def test_nodes_missing() -> None:
 @pytest.mark.parametrize(
     ("site", "flags", "runtime", "image"),
     [
-        ("perlmutter", {}, "podman-hpc", "ddpimg:gpu"),  # NERSC's runtime, the flavour's tag
-        ("perlmutter", {"runtime": "apptainer"}, "apptainer", "ddp.sif"),  # --runtime wins
+        # NERSC's runtime, the flavour's tag; --runtime wins.
+        ("perlmutter", {}, "podman-hpc", "ddpimg:gpu-cu128"),
+        ("perlmutter", {"runtime": "apptainer"}, "apptainer", "ddp-cu128.sif"),
         ("lumi", {"image": "r.sif"}, "singularity", "r.sif"),
         ("alps", {}, "edf", "ddpimg+gpu-arm64.sqsh"),
         ("roihu", {}, "apptainer", "ddp-arm64.sif"),

@@ -28,14 +28,14 @@ def words(site: str, **flags: Any) -> list[str]:
 
 @pytest.mark.parametrize(
     ("flags", "gpu_words", "image"),
-    [({}, ["--gpu"], "ddpimg:gpu"), ({"gpu_request": "none"}, [], "ddpimg:cpu"),
-     ({"gpu_vendor": "amd"}, ["--device=/dev/kfd", "--device=/dev/dri"], "ddpimg:gpu")],
+    [({}, ["--gpu"], "ddpimg:gpu-cu128"), ({"gpu_request": "none"}, [], "ddpimg:cpu"),
+     ({"gpu_vendor": "amd"}, ["--device=/dev/kfd", "--device=/dev/dri"], "ddpimg:gpu-cu128")],
 )  # fmt: skip
 def test_podman_hpc(flags: dict[str, Any], gpu_words: list[str], image: str) -> None:
     found = words("perlmutter", **flags)
-    assert found[:3] == ["podman-hpc", "run", "--rm"]
-    assert found[3 : 3 + len(gpu_words)] == gpu_words
-    rest = found[3 + len(gpu_words) :]
+    assert found[:2] == ["podman-hpc", "shared-run"]
+    assert found[2 : 2 + len(gpu_words)] == gpu_words
+    rest = found[2 + len(gpu_words) :]
     assert rest[:6] == ["--network=host", "--ipc=host", "--user=0:0", "--env", "SLURM_*",
                         "--volume"]  # fmt: skip
     assert "/dev/cxi0:/dev/cxi0" in rest  # the fabric's devices
@@ -62,7 +62,8 @@ def test_edf_names_image_mounts_workdir_and_the_sites_hooks() -> None:
         "",
         "[annotations]",
         'com.hooks.aws_ofi_nccl.enabled = "true"',
-        'com.hooks.aws_ofi_nccl.variant = "cuda-dl"',
+        'com.hooks.aws_ofi_nccl.variant = "cuda13"',
+        'com.hooks.netstack.source = "host"',
     ]
     found = invocation(spec, shipped("alps"))
     assert found.srun_options == ('--environment="$edf"',)

@@ -16,10 +16,19 @@ import pytest
 
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.netns import NamespaceCluster
+from tests.engines.slurm import DeclaredHardware
 from tests.integration.conftest import deepspeed_env, run_env
-from tests.integration.runs import QUICK_TRAIN, command, run, train_losses
+from tests.integration.runs import (
+    QUICK_TRAIN,
+    command,
+    module_cwd,
+    run,
+    scratch_directories,
+    test_cwd,
+    train_losses,
+)
 
-__all__ = ["deepspeed_env", "run_env"]
+__all__ = ["deepspeed_env", "module_cwd", "run_env", "scratch_directories", "test_cwd"]
 
 NUM_NODES = 3
 PROFILES = Path(__file__).parent / "profiles"
@@ -29,6 +38,17 @@ SHORT_NAME_PROFILE = PROFILES / "nscluster.toml"
 SUFFIX_PROFILE = PROFILES / "nscluster-suffix.toml"
 # Master by "{node}i", collectives left to Gloo's choice (eth0, dropped).
 NO_INTERFACES_PROFILE = PROFILES / "nscluster-suffix-no-interfaces.toml"
+# What the cluster's slurm.conf declares beyond CPUs, as a GPU site's does: two GPUs of type
+# a100 a node and a second partition; ddpimg site probe must read them
+# (tests/multinode/test_site_probe.py). slurmd drains a node whose GPU GRES has no device file,
+# so two character devices stand in (no test requests the GRES).
+DECLARED = DeclaredHardware(
+    gres="gpu:a100:2",
+    gres_conf="AutoDetect=off\n"
+    "Name=gpu Type=a100 File=/dev/null\n"
+    "Name=gpu Type=a100 File=/dev/zero",
+    partitions=(("long", "MaxTime=2-00:00:00 MaxNodes=2"),),
+)
 # --timeout for runs that must work (4 ranks import torch on 2 shared cores before they
 # meet) and for runs that must fail (short: the failure has to come within it).
 TIMEOUT_S = 90
@@ -45,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespaceClust
         pytest.skip(decision.reason)
     if decision.action == "fail":
         pytest.fail(decision.reason, pytrace=False)
-    with NamespaceCluster(tmp_path_factory.mktemp("netns"), NUM_NODES) as built:
+    with NamespaceCluster(tmp_path_factory.mktemp("netns"), NUM_NODES, DECLARED) as built:
         yield built
     left = built.leftovers()
     assert not left, f"the namespace cluster left behind: {', '.join(left)}"

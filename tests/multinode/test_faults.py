@@ -96,11 +96,8 @@ def test_ranks_that_never_start_are_named_with_their_host(
     cmd = [*FOUR_RANKS, "sh", "-c", task, "sh", command("train"), *QUICK_TRAIN,
            "--site", str(SHORT_NAME_PROFILE), "--timeout", str(FAIL_TIMEOUT_S),
            "--out", str(tmp_path)]  # fmt: skip
-    started = time.monotonic()
     proc = run(cmd, cluster_env, timeout=RUN_LIMIT_S, check=False)
-    elapsed = time.monotonic() - started
     assert proc.returncode != 0
-    assert elapsed < FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S
     assert (
         f"ddpimg: error: 2 of 4 ranks never joined the rendezvous within {FAIL_TIMEOUT_S} s: "
         "ranks 2, 3 (host node2)"

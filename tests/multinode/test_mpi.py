@@ -11,19 +11,26 @@ resolves to ib0) and trains.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import PYTHON, QUICK_TRAIN, assert_close, command, run, train_losses
+from tests.integration.runs import (
+    PYTHON,
+    QUICK_TOLERANCE,
+    QUICK_TRAIN,
+    command,
+    run,
+    train_losses,
+)
 from tests.multinode.conftest import (
     FAIL_TIMEOUT_S,
     RUN_LIMIT_S,
     SHORT_NAME_PROFILE,
     TIMEOUT_S,
 )
+from tests.noise import assert_within
 
 pytestmark = [
     pytest.mark.multinode,
@@ -32,8 +39,6 @@ pytestmark = [
 ]
 
 OWN_DISCOVERY = Path(__file__).with_name("deepspeed_own_discovery.py")
-# Start-up (two interpreters importing DeepSpeed on 2 shared cores) on top of the timeout.
-STARTUP_ALLOWANCE_S = 90
 
 
 def _mpirun(cluster: NamespaceCluster, tmp_path: Path) -> list[str]:
@@ -55,12 +60,9 @@ def test_deepspeed_own_discovery_times_out_and_ddpimg_trains(
     env = deepspeed_env | {"OMPI_MCA_btl_tcp_if_include": "ib0"}
     master = cluster.nodes[0]
 
-    started = time.monotonic()
     own = run([*mpirun, PYTHON, str(OWN_DISCOVERY), str(FAIL_TIMEOUT_S)], env,
-              timeout=FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S, check=False)  # fmt: skip
-    elapsed = time.monotonic() - started
+              timeout=RUN_LIMIT_S, check=False)  # fmt: skip
     assert own.returncode != 0, own.stdout + own.stderr
-    assert elapsed < FAIL_TIMEOUT_S + STARTUP_ALLOWANCE_S
     outcomes = re.findall(r"own discovery: rank (\d) MASTER_ADDR=(\S+) (failed|worked)", own.stdout)
     # Both ranks got rank 0's first `hostname -I` address, eth0's, and both failed.
     assert sorted(outcomes) == [
@@ -74,4 +76,9 @@ def test_deepspeed_own_discovery_times_out_and_ddpimg_trains(
     cmd = [*mpirun, command("train"), "--strategy", "deepspeed", *QUICK_TRAIN, *site,
            "--out", str(out)]  # fmt: skip
     run(cmd, env, timeout=RUN_LIMIT_S)
-    assert_close(train_losses(out), reference_losses, 1e-4, "DeepSpeed over mpirun, 2 nodes")
+    assert_within(
+        train_losses(out),
+        reference_losses,
+        QUICK_TOLERANCE,
+        "DeepSpeed over mpirun, 2 nodes",
+    )

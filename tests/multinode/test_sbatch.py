@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.datagen import make_image_tree
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, summary, train_losses
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, command, run, summary, train_losses
 from tests.integration.test_sbatch import wait_for_end
 from tests.multinode.conftest import SHORT_NAME_PROFILE, TIMEOUT_S
+from tests.noise import assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 
@@ -43,7 +44,9 @@ def test_generated_two_node_job_matches_one_process(
     assert len(hosts[0]) == len(hosts[1]) == 1
     assert hosts[0] != hosts[1], "the two nodes of the job must be two namespace nodes"
     assert summary(out)["world_size"] == 4
-    assert_close(train_losses(out), reference_losses, 1e-4, "sbatch 2-node job vs 1 process")
+    assert_within(
+        train_losses(out), reference_losses, QUICK_TOLERANCE, "sbatch 2-node job vs 1 process"
+    )
 
 
 def test_staged_data_is_copied_to_each_nodes_disk_and_removed(

@@ -17,7 +17,7 @@ import pytest
 from ddpimg import exitcodes
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, read_metrics, run
+from tests.integration.runs import QUICK_TRAIN, command, read_metrics, run
 from tests.integration.stalls import (
     RECORDING_TASK,
     STALL_TRAIN,
@@ -28,6 +28,7 @@ from tests.integration.stalls import (
     wait_for_checkpoint,
 )
 from tests.multinode.conftest import RUN_LIMIT_S, SHORT_NAME_PROFILE, TIMEOUT_S
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 
@@ -74,7 +75,14 @@ def test_a_rank_stopped_on_one_node_is_named_by_the_other_node(
 
 
 # The trajectory compared: mnist, global batch 64, 24 steps; checkpoints every 4 steps.
-STEPS = 24
+# 15 steps: QUICK_TRAIN amplifies rounding little until then, and more after (python -m
+# tests.noise -- QUICK_TRAIN --max-steps 24, AMD EPYC, 2026-11-25: with torch's default
+# kernels the difference from one process stays within 9.3x the floor of 1.2e-7 (one float32
+# step) up to step 15, then reaches 78x at 16 and 2e4x at 23; 1 thread, oneDNN at SSE4.1,
+# MKL's compatible path and 2 ranks stay within 2.1x over all 24). The tolerance is 10x the
+# most seen over the 15, rounded up.
+STEPS = 15
+CONTINUED_TOLERANCE = Tolerance(floor=FLOAT32_STEP, multiple=100, steps=STEPS)
 CONTINUED = [*QUICK_TRAIN, "--max-steps", str(STEPS), "--checkpoint-every", "4"]
 
 
@@ -121,4 +129,6 @@ def test_a_job_that_loses_a_node_continues_on_the_other_with_the_same_losses(
     assert [m["step"] for m in read_metrics(out) if m["kind"] == "train"] == list(
         range(1, STEPS + 1)
     )
-    assert_close(losses, expected, 1e-4, "2 nodes, then 1 after the loss, vs 1 process")
+    assert_within(
+        losses, expected, CONTINUED_TOLERANCE, "2 nodes, then 1 after the loss, vs 1 process"
+    )

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, train_losses
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, command, run, train_losses
 from tests.multinode.conftest import RUN_LIMIT_S, SHORT_NAME_PROFILE, TIMEOUT_S
+from tests.noise import assert_within
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 
@@ -51,7 +52,7 @@ def test_four_ranks_on_two_nodes_match_one_process(
 ) -> None:
     """Della's pattern (one srun task per GPU) on a network like Puhti's."""
     losses = _train_on_two_nodes(cluster, cluster_env, 2, tmp_path)
-    assert_close(losses, reference_losses, 1e-4, "4 ranks on 2 nodes vs 1 process")
+    assert_within(losses, reference_losses, QUICK_TOLERANCE, "4 ranks on 2 nodes vs 1 process")
 
 
 def test_torchrun_per_node_matches_one_process(
@@ -62,4 +63,4 @@ def test_torchrun_per_node_matches_one_process(
 ) -> None:
     """Palmetto's and JSC's pattern: one task per node, each starting 2 local workers."""
     losses = _train_on_two_nodes(cluster, cluster_env, 1, tmp_path, "--nproc-per-node", "2")
-    assert_close(losses, reference_losses, 1e-4, "torchrun 2 x 2 vs 1 process")
+    assert_within(losses, reference_losses, QUICK_TOLERANCE, "torchrun 2 x 2 vs 1 process")

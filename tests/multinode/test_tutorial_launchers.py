@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, assert_close, command, run, train_losses
+from tests.integration.runs import QUICK_TOLERANCE, QUICK_TRAIN, command, run, train_losses
 from tests.multinode.conftest import RUN_LIMIT_S, SUFFIX_PROFILE, TIMEOUT_S
+from tests.noise import assert_within
 
 pytestmark = [
     pytest.mark.multinode,
@@ -85,7 +86,9 @@ def test_palmetto_helper_script_one_torchrun_per_node(
            "--out", str(out)]  # fmt: skip
     run(cmd, env, timeout=RUN_LIMIT_S)
     assert_traffic_on_ib0(cluster, before, FABRIC_MIN_BYTES)
-    assert_close(train_losses(out), reference_losses, 1e-4, "helper script 2 x 2 vs 1 process")
+    assert_within(
+        train_losses(out), reference_losses, QUICK_TOLERANCE, "helper script 2 x 2 vs 1 process"
+    )
     info = json.loads((out / "manifest.json").read_text())["run_info"]
     assert (info["source"], info["world_size"], info["num_nodes"]) == ("torchrun", 4, 2)
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import subprocess
 import threading
 
 import pytest
 
 from ddpimg.errors import RendezvousError
-from ddpimg.runtime.rendezvous import describe_missing, join
+from ddpimg.runtime.rendezvous import describe_missing, join, listen_socket, open_store
+from tests.train.ranks import free_port
 
 torch_distributed = pytest.importorskip("torch.distributed")
 
@@ -65,3 +67,22 @@ def test_rank_0_names_who_never_came_and_the_others_learn_it() -> None:
         "2 of 4 ranks never joined the rendezvous within 0.5 s: ranks 2, 3 (host n2)"
     )
     assert seen[1] == seen[0]
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses that listen on ``port`` (``ss``, iproute2)."""
+    table = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3] for line in table.splitlines() if line.split()[3].endswith(f":{port}")]
+
+
+def test_rank_0s_store_listens_on_the_master_address_only() -> None:
+    port = free_port()
+    server = open_store("127.0.0.1", port, rank=0, timeout_s=5, use_agent_store=False)
+    client = open_store("127.0.0.1", port, rank=1, timeout_s=5, use_agent_store=False)
+    client.set("k", "v")
+    assert server.get("k") == b"v"
+    assert _listening(port) == [f"127.0.0.1:{port}"]  # not 0.0.0.0 nor [::]
+
+
+def test_a_master_address_of_another_host_keeps_torchs_default() -> None:
+    assert listen_socket("192.0.2.1", free_port()) is None  # TEST-NET-1: never this host's

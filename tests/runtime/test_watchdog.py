@@ -27,14 +27,12 @@ def test_a_block_left_in_time_is_not_ended() -> None:
 
 
 def test_the_deadline_ends_a_blocked_process_with_status_3() -> None:
-    began = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", EXPIRING], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == exitcodes.RENDEZVOUS_FAILED
     assert proc.stderr == "ddpimg: error: init_process_group stalled\n"
-    assert "not reached" not in proc.stdout
-    assert time.monotonic() - began < 20  # not the 30 s sleep
+    assert "not reached" not in proc.stdout  # ended by the deadline, not after the sleep
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,9 @@ def _image(profile: SiteProfile) -> str:
         return "-"
     # A site without a GPU count still runs GPU jobs (--gpus-per-node); only Gloo's is CPU.
     gpus = profile.backend != "gloo"
+    if profile.container.image_from == "site":
+        name = profile.container.image.rpartition("/")[2]
+        return f"the site's own: `{name}`, with `--ddpimg-from`"
     image = profile.container.image or default_image(runtime, profile.hardware, gpus)
     flavour = f" ({profile.hardware.build})" if profile.hardware.build else ""
     missing = ", not buildable yet" if unbuildable(profile.hardware) else ""

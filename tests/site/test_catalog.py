@@ -22,4 +22,4 @@ def test_the_table_has_a_row_per_profile_with_its_runtime_and_status() -> None:
     assert "| apptainer | `ddp-cu128.sif` (cuda12) | 4 x V100 |" in puhti
     assert puhti.endswith("| **retired** |")
     perlmutter = next(row for row in rows if "| `perlmutter` |" in row)
-    assert "| podman-hpc | `ddpimg:gpu` (cuda13) |" in perlmutter
+    assert "| podman-hpc | `ddpimg:gpu-cu128` (cuda12) |" in perlmutter

@@ -251,6 +251,12 @@ def test_wrong_type_names_key_expected_type_and_value(
         ('[network]\ninterfaces = ["ib0,ib1"]\n', r"'ib0,ib1' is not an interface name"),
         ('[env]\n"1BAD" = "x"\n', r"'1BAD' is not an environment variable name"),
         ('[match]\nhostnames = [""]\n', r"it has an empty entry"),
+        ('[job]\nlocal_dir = "$(id)"\n', r"not a path the script can expand safely"),
+        ('[job]\nlocal_dir = "tmp"\n', r"must start with / or a variable"),
+        ('[container]\noptions = ["--a b"]\n', r"'--a b' is not one option word"),
+        ('[container]\noptions = ["x"]\n', r"'x' is not one option word"),
+        ('[container.annotations]\n"a b" = "1"\n', r"'a b' is not a dotted name"),
+        ('[container.annotations]\n"a..b" = "1"\n', r"'a\.\.b' is not a dotted name"),
     ],
 )
 def test_value_out_of_domain_is_named(write_profile: WriteProfile, body: str, message: str) -> None:

@@ -158,7 +158,8 @@ def test_every_site_names_its_container_runtime(name: str) -> None:
                 "container.runtime": "edf",
                 "container.annotations": (
                     ("com.hooks.aws_ofi_nccl.enabled", "true"),
-                    ("com.hooks.aws_ofi_nccl.variant", "cuda-dl"),
+                    ("com.hooks.aws_ofi_nccl.variant", "cuda13"),
+                    ("com.hooks.netstack.source", "host"),
                 ),
                 "match.slurm_cluster_names": ("daint", "clariden", "santis"),
             },
@@ -226,8 +227,10 @@ def test_documented_properties(name: str, properties: dict[str, Any]) -> None:
                                               max_mem="373G")),
         ("mahti", "partitions", "gpumedium", Limits(max_time="1-12:00:00", max_nodes=6,
                                                     max_gpus=24, max_mem="490G")),
-        ("roihu", "partitions", "gpularge", Limits(max_time="1-12:00:00", max_nodes=10,
-                                                   min_gpus_per_node=4)),
+        ("roihu", "partitions", "gpularge", Limits(
+            max_time="1-12:00:00", max_nodes=10, min_gpus_per_node=4,
+            note="needs the project's access to gpularge: a 30-day trial requested in MyCSC, "
+            "during which a scalability test must be submitted to CSC")),
         ("roihu", "partitions", "gpumedium", Limits(max_time="1-12:00:00", max_nodes=4,
                                                     max_gpus=4)),
         ("lumi", "partitions", "standard-g", Limits(max_time="2-00:00:00", max_nodes=1024)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-RANKS_TIMEOUT_S = 120.0
+# A hang guard (and the group's collective timeout): more than 5x the slowest use measured
+# in the unit tests, two ranks of test_ddp.py, 29 s on a busy 2-core machine.
+RANKS_TIMEOUT_S = 150.0
 
 
 def free_port() -> int:
@@ -22,15 +25,20 @@ def free_port() -> int:
         return port
 
 
-def _entry(
-    rank: int, work: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]
-) -> None:
+@dataclass(frozen=True)
+class _Group:
+    world_size: int
+    port: int
+    timeout_s: float
+
+
+def _entry(rank: int, work: Callable[..., None], group: _Group, args: tuple[Any, ...]) -> None:
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://127.0.0.1:{group.port}",
         rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=RANKS_TIMEOUT_S),
+        world_size=group.world_size,
+        timeout=timedelta(seconds=group.timeout_s),
     )
     try:
         work(rank, *args)
@@ -38,22 +46,27 @@ def _entry(
         dist.destroy_process_group()
 
 
-def run_ranks(work: Callable[..., None], world_size: int, *args: Any) -> None:
+def run_ranks(
+    work: Callable[..., None], world_size: int, *args: Any, timeout_s: float = RANKS_TIMEOUT_S
+) -> None:
     """Run ``work(rank, *args)`` in ``world_size`` spawned processes that form a gloo group
-    on loopback; fail the test when one fails or they take longer than RANKS_TIMEOUT_S.
+    on loopback; fail the test when one fails or they outlive ``timeout_s``, a hang guard.
     ``work`` must be a module-level function (spawn pickles it)."""
     processes = mp.start_processes(
         _entry,
-        args=(work, world_size, free_port(), args),
+        args=(work, _Group(world_size, free_port(), timeout_s), args),
         nprocs=world_size,
         join=False,
         start_method="spawn",
     )
-    deadline = time.monotonic() + RANKS_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     try:
         while not processes.join(timeout=1.0):
             if time.monotonic() > deadline:
-                pytest.fail(f"{world_size} gloo ranks did not finish in {RANKS_TIMEOUT_S:.0f} s")
+                pytest.fail(
+                    f"killed by its hang guard: {world_size} gloo ranks still running after "
+                    f"{timeout_s:.0f} s (5x or more the time they take on a 2-core machine)"
+                )
     finally:
         for process in processes.processes:
             if process.is_alive():

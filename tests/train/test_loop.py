@@ -21,6 +21,7 @@ from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import EvalShard
 from ddpimg.train.strategies.ddp import DdpStrategy
 from ddpimg.train.tasks.mnist.task import MnistTask
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 
 def run(config: TrainConfig, ctx: DistContext) -> tuple[Summary, list[dict[str, Any]]]:
@@ -75,9 +76,9 @@ def test_max_steps_spans_epochs_and_evaluates_the_last(
     assert [(line["kind"], line["epoch"], line.get("step")) for line in lines] == [
         ("train", 1, 2),
         ("train", 1, 4),
-        ("eval", 1, None),
+        ("eval", 1, 4),
         ("train", 2, 6),
-        ("eval", 2, None),
+        ("eval", 2, 6),
     ]
     assert (summary.steps, summary.epochs) == (6, 2)
     assert summary.final_loss == losses(lines)[-1]
@@ -130,7 +131,9 @@ def test_evaluate_matches_an_unsharded_computation(
         output = model(inputs)
         expected_loss = task.loss(output, targets).double().mean().item()
         expected_accuracy = task.correct(output, targets).item() / 1500
-    assert loss == pytest.approx(expected_loss, rel=1e-6)
+    # Batches of 8 against one of 1500 (tests/noise.py; AMD EPYC, 2026-11-25): bitwise equal
+    # with 1 and 2 threads and with torch's default kernels; 10x one float32 step.
+    assert_within([loss], [expected_loss], Tolerance(FLOAT32_STEP, 10, 1), "evaluate")
     assert accuracy == expected_accuracy
     assert not model.training
 
@@ -166,4 +169,4 @@ def test_steady_throughput_leaves_out_the_warmup_steps(
     assert (summary.steady_samples_per_s is not None) == counted
     assert summary.to_json()["steady_samples_per_s"] == summary.steady_samples_per_s
     # MNIST has no rates of its own: the train lines keep their fields.
-    assert set(lines[0]) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}
+    assert set(lines[0]) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s", "lr"}

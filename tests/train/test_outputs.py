@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import ddpimg
+from ddpimg.errors import DdpimgError
 from ddpimg.train.outputs import (
     MetricsWriter,
     collect_versions,
@@ -100,3 +101,12 @@ def test_resumed_metrics_keep_the_lines_up_to_the_checkpoint(
     assert writer.sync() == len(kept) + 1
     writer.close()
     assert path.read_text().splitlines() == [*kept, '{"step": 9}']
+
+
+def test_a_metrics_line_that_cannot_be_written_is_a_named_error() -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does."""
+    writer = MetricsWriter(Path("/dev/full"))
+    with pytest.raises(DdpimgError, match=r"^/dev/full could not be written \(No space left"):
+        writer.write({"kind": "train", "loss": 1.0})
+    assert writer.lines == 0
+    writer.close()  # the line it could not write is dropped, not raised again

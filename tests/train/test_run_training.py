@@ -22,20 +22,29 @@ def records(out: Path) -> list[dict[str, Any]]:
 
 
 def test_writes_metrics_and_manifest(
-    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+    ctx: DistContext,
+    make_config: Callable[..., TrainConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = make_config(out=tmp_path / "run", log_every=2)
     assert run_training(config, ctx) == 0
+    # The last line says where everything went (the final checkpoint included).
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ddpimg: completed; metrics: {config.out}/metrics.jsonl, "
+        f"manifest: {config.out}/manifest.json; checkpoints: {config.out}/checkpoints "
+        "(newest step-00000005)"
+    )
 
     lines = records(config.out)
     assert [(r["kind"], r.get("step", r.get("steps"))) for r in lines] == [
         ("train", 2),
         ("train", 4),
-        ("eval", None),
+        ("eval", 5),
         ("summary", 5),
     ]
     train = lines[0]
-    assert set(train) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s"}
+    assert set(train) == {"kind", "epoch", "step", "loss", "samples_per_s", "elapsed_s", "lr"}
     assert train["epoch"] == 1
     assert 0 < train["loss"] < 10
     assert train["samples_per_s"] > 0
@@ -105,3 +114,24 @@ def test_fp16_trains(ctx: DistContext, make_config: Callable[..., TrainConfig]) 
     assert all(math.isfinite(loss) for loss in losses)
     # The first steps overflow at the initial scale and are skipped; then it learns.
     assert min(losses[-3:]) < losses[0]
+
+
+def test_memory_snapshot_on_the_cpu_is_a_user_error(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    config = make_config(out=tmp_path / "run", profile_steps=(1, 2), memory_snapshot=True)
+    with pytest.raises(DdpimgError, match="--memory-snapshot records the CUDA caching allocator"):
+        run_training(config, ctx)
+    assert not config.out.exists()
+
+
+def test_profile_steps_past_the_end_profile_nothing_and_say_so(
+    ctx: DistContext,
+    make_config: Callable[..., TrainConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = make_config(out=tmp_path / "run", profile_steps=(6, 9))
+    assert run_training(config, ctx) == 0
+    assert "--profile 6-9: the run trains 5 steps; nothing is profiled" in capsys.readouterr().err
+    assert not (config.out / "profile").exists()

@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export`` and ``train`` (==
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site`` and ``train`` (==
 ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -12,6 +12,7 @@ without argparse (``env_cmd.parse_plain``), whose own start-up costs more than t
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, cast
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 from ddpimg import __version__, exitcodes
 from ddpimg.errors import DdpimgError, report
+from ddpimg.optional import missing_package
 
 
 class CommandModule(Protocol):
@@ -49,6 +51,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a train gpt checkpoint as a Hugging Face GPT-2 model directory",
         "export_cmd",
     ),
+    "sync": (
+        "upload the W&B and MLflow runs train --log-to wrote offline (on a login node)",
+        "sync_cmd",
+    ),
+    "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
 }
 
 
@@ -56,9 +63,12 @@ def command_module(name: str) -> CommandModule:
     return cast(CommandModule, importlib.import_module(f"ddpimg.cli.{COMMANDS[name][1]}"))
 
 
-def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    selected: str | None = None, command_prog: str | None = None
+) -> argparse.ArgumentParser:
     """The parser; only ``selected``'s options are added (all of them when None), so that
-    running one command does not import the others."""
+    running one command does not import the others. ``command_prog``: the name ``selected``
+    was started by (its usage and errors say ``train``, not ``ddpimg train``)."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -70,14 +80,20 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, _) in COMMANDS.items():
         command_parser = sub.add_parser(
-            name, help=help_text, description=help_text, allow_abbrev=False
+            name,
+            help=help_text,
+            description=help_text,
+            allow_abbrev=False,
+            prog=command_prog if name == selected else None,  # None: "ddpimg NAME"
         )
         if selected in (None, name):
             command_module(name).add_arguments(command_parser)
     return parser
 
 
-def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
+def parse_args(
+    selected: str | None, args: list[str], command_prog: str | None = None
+) -> argparse.Namespace:
     """``args`` parsed; ``selected`` is the command named first, if any."""
     if selected == "env":
         from ddpimg.cli import env_cmd
@@ -85,7 +101,7 @@ def parse_args(selected: str | None, args: list[str]) -> argparse.Namespace:
         plain = env_cmd.parse_plain(args[1:])
         if plain is not None:
             return plain
-    return build_parser(selected).parse_args(args)
+    return build_parser(selected, command_prog).parse_args(args)
 
 
 def report_error(err: DdpimgError) -> int:
@@ -94,16 +110,33 @@ def report_error(err: DdpimgError) -> int:
     return exitcodes.for_error(err)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> int:
+    """``ddpimg ARGS``; ``command_prog`` names the console script that stands for the
+    command (``train``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     selected = args[0] if args and args[0] in COMMANDS else None
-    namespace = parse_args(selected, args)
+    namespace = parse_args(selected, args, command_prog)
     try:
         return command_module(namespace.command).run(namespace, args)
     except DdpimgError as err:
         return report_error(err)
+    except ModuleNotFoundError as err:
+        missing = missing_package(err)
+        if missing is None:
+            raise
+        return report_error(missing)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the documented status, not a traceback per rank; a second
+        # Ctrl-C while this process ends changes nothing.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(
+            f"ddpimg: interrupted (Ctrl-C); exit status {exitcodes.INTERRUPTED}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return exitcodes.INTERRUPTED
 
 
 def train_main() -> int:
     """The ``train`` command: ``ddpimg train`` with the same arguments."""
-    return main(["train", *sys.argv[1:]])
+    return main(["train", *sys.argv[1:]], command_prog="train")

@@ -24,7 +24,8 @@ SITE_OPTIONS: dict[str, tuple[str, bool, str]] = {
     "--keep-env": (
         "PATTERN",
         True,
-        "host variable (fnmatch pattern) to keep in the training environment",
+        "host variable (fnmatch pattern; several comma-separated) to keep in the training "
+        "environment",
     ),
 }
 
@@ -43,17 +44,32 @@ def add_site_options(parser: argparse.ArgumentParser | Any) -> None:
             parser.add_argument(option, metavar=metavar, help=help_text)
     parser.add_argument(
         "--backend",
-        default="",
-        choices=["", "nccl", "gloo"],
-        help="default: nccl on GPU, gloo on CPU",
+        default="",  # not a choice: "" is the profile's backend, else nccl on GPU, gloo on CPU
+        choices=["nccl", "gloo"],
+        help="default: the site's, else nccl on GPU, gloo on CPU",
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help=f"rendezvous and collective timeout (default {DEFAULT_TIMEOUT_S:g})",
     )
+
+
+def positive_seconds(text: str) -> float:
+    """``--timeout``'s value: a finite number of seconds above 0 (0 or less would make every
+    collective fail at once, inf or nan never)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
 
 
 def add_local_rank_argument(parser: argparse.ArgumentParser | Any) -> None:

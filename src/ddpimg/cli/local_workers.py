@@ -4,6 +4,7 @@ through torch.distributed.launcher's API (the same agent as torchrun), for ``tra
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -15,6 +16,24 @@ from ddpimg.plan import RANK_VARIABLES, LaunchPlan
 
 # The signals torch elastic's agent handles (its default) by shutting the workers down.
 ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+# Exit statuses a worker explains itself before it exits ("ddpimg: error: ...", "ddpimg:
+# preempted ...", "ddpimg: interrupted ..."): torch's agent's own line about them
+# ("failed (exitcode: 75) local_rank: 0 ...") would read as a second, worse failure.
+SELF_EXPLAINED = frozenset({
+    exitcodes.USAGE, exitcodes.RENDEZVOUS_FAILED, exitcodes.CHECK_FAILED,
+    exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED,
+})  # fmt: skip
+ELASTIC_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+
+
+class _ExplainedExits(logging.Filter):
+    """Drops the agent's "failed (exitcode: N)" record when N is in SELF_EXPLAINED; an
+    exit the worker did not explain (a crash, a signal, a script's own 1) keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        explained = args[:1] and args[0] in SELF_EXPLAINED
+        return not (str(record.msg).startswith("failed (exitcode: ") and explained)
 
 
 def strip_nproc(argv: Sequence[str]) -> list[str]:
@@ -53,6 +72,7 @@ def launch_local_workers(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from ddpimg import runtime
+    from ddpimg.runtime.store_auth import KEY_VARIABLE, new_key_hex
     from ddpimg.train.preemption import forward_to_children
 
     topo = plan.topology
@@ -69,8 +89,14 @@ def launch_local_workers(
         os.environ.pop(name, None)
     # torch elastic's agent turns the signals it handles into a shutdown of the workers that
     # loses their exit statuses; the preemption signals go to the workers instead, which
-    # checkpoint and exit with status 75, and the agent reports that status.
-    forward_to_children(preempt_signals)
+    # checkpoint and exit with status 75, and Ctrl-C (SIGINT), on which they record status
+    # 130 and exit with it; the agent reports that status.
+    forwarded = [*preempt_signals, "INT"]
+    forward_to_children(forwarded)
+    if topo.world_size == 1:
+        # The only launcher: its workers share a store key through the environment
+        # (ddpimg.runtime.store_auth), which needs no collective.
+        os.environ.setdefault(KEY_VARIABLE, new_key_hex())
     port = runtime.rendezvous_port(plan)
     # The agent's log directory (workers' error files). Without one, torch makes a
     # /tmp/torchelastic_* directory per launch and leaves it behind; this one is removed.
@@ -87,9 +113,10 @@ def launch_local_workers(
         max_restarts=0,
         monitor_interval=0.5,
         signals_to_handle=",".join(
-            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in preempt_signals
+            name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in forwarded
         ),
     )
+    logging.getLogger(ELASTIC_PROCESS_LOGGER).addFilter(_ExplainedExits())
     try:
         elastic_launch(config, sys.executable)(*program)
     except ChildFailedError as err:

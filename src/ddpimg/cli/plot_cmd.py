@@ -4,6 +4,7 @@ throughput and scaling efficiency against the number of processes (``ddpimg.plot
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ddpimg import exitcodes
@@ -28,9 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    from ddpimg.plot import plot_runs, read_run
+    from ddpimg.plot import plot_runs, read_run, threads_caveat
 
     runs = [read_run(path) for path in args.runs]
     plot_runs(runs, args.output)
     print(f"wrote {args.output}")
+    caveat = threads_caveat(runs)
+    if caveat:
+        print(f"ddpimg: note: {caveat}", file=sys.stderr)
     return exitcodes.OK

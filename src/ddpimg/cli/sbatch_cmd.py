@@ -95,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif field.metavar:
             options["metavar"] = field.metavar
         job.add_argument(field.option, **options)
+    parser.add_argument(
+        "--allow-retired",
+        action="store_true",
+        help="render for a retired site anyway (re-rendering an old job for its archive)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument(
         "-o",
@@ -134,7 +139,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> 
     profile, site = select_job_profile(env, hostname, args.site, job_file)
     given = vars(args) | {"command": _command_words(args.train_command)}
     spec = resolve_job(profile, flag_values(given), job_file, site=site)
-    return Prepared(spec, profile, tuple(check_job(spec, profile, submit=args.submit)))
+    findings = check_job(spec, profile, submit=args.submit, allow_retired=args.allow_retired)
+    return Prepared(spec, profile, tuple(findings))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:

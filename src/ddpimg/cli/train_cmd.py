@@ -18,9 +18,15 @@ from ddpimg.cli.launch_options import (
 )
 from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.cli.train_options import add_training_arguments, train_config
-from ddpimg.errors import LauncherError
 from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
+from ddpimg.script.launch import (
+    boot_program,
+    check_script,
+    script_argv,
+    script_exports,
+    script_options,
+)
 from ddpimg.train import startup
 from ddpimg.train.preemption import PreemptionWatch, parse_signals
 from ddpimg.train.tasks import TRAINERS
@@ -36,8 +42,27 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "--script",
         nargs=argparse.REMAINDER,
         metavar="FILE [ARGS]",
-        help="replace train by your own script, with the resolved environment exported "
-        "(must come last; a --local-rank given to train is passed on to it)",
+        help="run your own script instead of a bundled trainer, with the resolved environment "
+        "exported and ddpimg's runtime around it: run record, stall watch, preemption, "
+        "Hugging Face and Lightning integrations (must come last; a --local-rank given to "
+        "train is passed on to it)",
+    )
+    script = parser.add_argument_group(
+        "your own script (train --script): turn a part of ddpimg's runtime off"
+    )
+    script.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="no stall watch (DDPIMG_STALL_WATCH=0 does the same for trainers and scripts)",
+    )
+    script.add_argument(
+        "--no-record", action="store_true", help="no manifest.json and metrics.jsonl in --out"
+    )
+    script.add_argument(
+        "--no-integrations",
+        action="store_true",
+        help="no ddpimg callbacks in Hugging Face and Lightning Trainers (no checkpoint on "
+        "preemption through them, no automatic resume, no metrics from them)",
     )
 
 
@@ -53,16 +78,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
     startup.mark("plan")
-    if args.script is not None and not args.script:
-        raise LauncherError("--script needs a FILE", hint="train --script my_ddp.py --lr 0.1")
+    if args.script is not None:
+        check_script(args.script)
     nproc = local_workers(args)
     if nproc:
-        worker_argv = strip_nproc(argv)
-        program = (
-            worker_argv[worker_argv.index("--script") + 1 :]
-            if args.script
-            else ["-m", "ddpimg", *worker_argv]
-        )
+        if args.script:
+            os.environ.update(script_options(plan, args).to_environ())
+            program = boot_program(args.script[0], args.script[1:])
+        else:
+            program = ["-m", "ddpimg", *strip_nproc(argv)]
         return launch_local_workers(
             plan,
             nproc,
@@ -74,7 +98,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         passed_on = (
             [f"{args.local_rank_option}={args.local_rank}"] if args.local_rank_option else []
         )
-        exec_script(plan, args.script[0], [*passed_on, *args.script[1:]])
+        exec_script(plan, args, [*passed_on, *args.script[1:]])
     return run_worker(plan, args)
 
 
@@ -86,7 +110,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     from ddpimg.train import run_training
 
     startup.mark("imports")
-    config = train_config(args)
+    config = train_config(args, plan.child_environment(os.environ))
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -116,22 +140,19 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     return status
 
 
-def exec_script(plan: LaunchPlan, path: str, args: list[str]) -> NoReturn:
-    """Replace this process by the user's script with the plan exported
-    (``ddpimg.runtime.user_script`` says why exec, not a child)."""
+def exec_script(plan: LaunchPlan, args: argparse.Namespace, script_args: list[str]) -> NoReturn:
+    """Replace this process by the user's script behind its boot, with the plan exported
+    (``ddpimg.script`` says why exec, not a child)."""
     from ddpimg import runtime
-    from ddpimg.runtime.user_script import script_argv, script_exports
 
-    if not os.path.isfile(path):
-        raise LauncherError(
-            f"--script {path}: no such file", hint="give the path of a Python script"
-        )
+    path = args.script[0]
     runtime.check_interfaces(plan)
     runtime.check_hardware(plan)
     extra = script_exports(plan, os.environ)
     runtime.apply_plan(plan, publish_master=False)
     os.environ.update(extra)
-    argv = script_argv(plan, path, args)
+    os.environ.update(script_options(plan, args).to_environ())
+    argv = script_argv(path, script_args)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)

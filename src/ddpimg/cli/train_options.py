@@ -11,9 +11,13 @@ a fix; the one check that needs the world size (``--global-batch-size`` divisibl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ddpimg.trace_breakdown import PROFILE_DIR
+from ddpimg.trackers import LOG_TO_VARIABLE, TRACKERS, check_trackers, log_to_setting
+from ddpimg.trackers.settings import DEFAULT_PROJECT
 from ddpimg.train.config import (
     DEFAULT_BATCH_SIZE,
     PRECISIONS,
@@ -22,6 +26,7 @@ from ddpimg.train.config import (
     check_zero_stage_strategy,
 )
 from ddpimg.train.preemption import parse_signals
+from ddpimg.train.profiling import parse_profile_steps
 from ddpimg.train.strategies import STRATEGIES, strategy_for
 from ddpimg.train.tasks import TRAINERS, trainer_for
 from ddpimg.train.tasks.spec import TrainerFlag, learning_rate_text
@@ -156,6 +161,53 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
             _add_trainer_flags(parser, spec.name, spec.flags)
 
     add_checkpoint_arguments(parser)
+    add_observability_arguments(parser)
+
+
+def add_observability_arguments(parser: argparse.ArgumentParser) -> None:
+    """Tracker and profiler flags (README: "Trackers and profiling")."""
+    group = parser.add_argument_group("trackers and profiling")
+    group.add_argument(
+        "--log-to",
+        default=None,
+        metavar="LIST",
+        help=f"rank 0 also logs metrics.jsonl's records to these trackers, comma-separated: "
+        f"{', '.join(TRACKERS)}, or none (default: ${LOG_TO_VARIABLE}, else none)",
+    )
+    group.add_argument(
+        "--project",
+        default=None,
+        help=f"W&B project and MLflow experiment (default: $WANDB_PROJECT; for MLflow "
+        f"$MLFLOW_EXPERIMENT_NAME first; else {DEFAULT_PROJECT})",
+    )
+    group.add_argument(
+        "--run-name",
+        default=None,
+        help="the run's name in the trackers (default: $WANDB_NAME, else --out's name)",
+    )
+    group.add_argument(
+        "--run-group",
+        default=None,
+        help="W&B group (an MLflow tag) (default: $WANDB_RUN_GROUP, else none)",
+    )
+    group.add_argument(
+        "--wandb-entity",
+        default=None,
+        help="W&B entity (default: $WANDB_ENTITY, else the API key's user)",
+    )
+    group.add_argument(
+        "--profile",
+        default=None,
+        metavar="FIRST-LAST",
+        help=f"trace these optimizer steps with torch.profiler on every rank, into "
+        f"--out/{PROFILE_DIR}/rank_N (Chrome trace, TensorBoard's profiler plugin)",
+    )
+    group.add_argument(
+        "--memory-snapshot",
+        action="store_true",
+        help="with --profile, on CUDA: also dump the allocator's history over those steps "
+        "(memory_snapshot.pickle, for pytorch.org/memory_viz)",
+    )
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,9 +253,13 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def train_config(args: argparse.Namespace) -> TrainConfig:
+def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> TrainConfig:
     """The config from parsed ``add_training_arguments`` flags, checked against the trainer
-    and the strategy it names."""
+    and the strategy it names. ``env``: the environment the run gets (the site profile's
+    defaults applied); it supplies ``DDPIMG_LOG_TO`` and the trackers' variables, which
+    are checked here, on every rank, before anything starts."""
+    env = {} if env is None else env
+    log_to = log_to_setting(args.log_to, env)
     batch_size, global_batch = args.batch_size, args.global_batch_size
     if batch_size is None and global_batch is None:
         batch_size = TRAINERS[args.trainer].default_batch_size
@@ -233,6 +289,13 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         resume=args.resume,
         preempt_signals=parse_signals(args.preempt_signals),
         preempt_check_every=args.preempt_check_every,
+        log_to=log_to,
+        project=args.project,
+        run_name=args.run_name,
+        run_group=args.run_group,
+        wandb_entity=args.wandb_entity,
+        profile_steps=None if args.profile is None else parse_profile_steps(args.profile),
+        memory_snapshot=args.memory_snapshot,
         # Every trainer's own flags, None unless given (the trainer's default applies).
         **{
             flag.field: getattr(args, flag.field)
@@ -242,6 +305,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     )
     trainer_for(config)
     strategy_for(config)
+    check_trackers(config.log_to, config.out, env, config.tracker_options())
     return config
 
 

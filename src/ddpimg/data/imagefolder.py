@@ -78,12 +78,23 @@ def write_listing(folder: Path, classes: list[str], directory: Path) -> None:
 
 def read_listing(folder: Path, directory: Path) -> SampleTable | None:
     """The listing of ``folder`` in ``directory`` if it is still true of the tree."""
-    table = read_table(directory)
+    table = read_table(directory, numbers_needed=["label"], strings_needed=["path"])
     if table is None or table.meta.get("kind") != KIND:
         return None
     if table.meta.get("root") != str(folder.resolve()):
         return None
-    for relative, saved in table.meta.get("dirs", {}).items():
+    classes, dirs, labels = (
+        table.meta.get("classes"),
+        table.meta.get("dirs"),
+        table.numbers["label"],
+    )
+    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+        return None
+    if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < len(classes):
+        return None
+    if not isinstance(dirs, dict):
+        return None
+    for relative, saved in dirs.items():
         try:
             if _mtime(folder / relative) != saved:
                 return None

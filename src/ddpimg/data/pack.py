@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import multiprocessing
 import os
 import tarfile
@@ -42,6 +43,7 @@ from ddpimg.progress_bar import ProgressBar
 PLAN_FILE = "pack.json"
 DEFAULT_SHARD_MB = 1024.0
 DEFAULT_QUALITY = 90
+MAX_QUALITY = 100  # the top of the JPEG quality scale Pillow takes
 # Files whose size (or, with --max-side, re-encoded size) estimates a shard's sample count.
 SIZE_SAMPLE = 200
 _TAR_HEADERS = 2 * 512 + 2 * 512  # two members, a header block and about half a padding block each
@@ -55,6 +57,31 @@ class PackOptions:
     max_side: int | None = None
     quality: int = DEFAULT_QUALITY
     workers: int = 1
+
+
+def check_request(source: Path, target: Path, options: PackOptions) -> None:
+    """DataError naming the flag or path when the request cannot be packed as asked: shards
+    written into the tree being read (listed again by a later run, or by this one), or a
+    shard size or JPEG quality out of range."""
+    tree, shards = source.resolve(), target.resolve()
+    if shards == tree or tree in shards.parents:
+        where = "SRC" if shards == tree else "inside SRC"
+        raise DataError(
+            f"data pack: DST {target} is {where} {source}: the shards would be written into "
+            "the image tree being packed",
+            hint="give a DST outside SRC, e.g. a sibling directory",
+        )
+    if not (math.isfinite(options.shard_mb) and options.shard_mb > 0):
+        raise DataError(
+            f"--shard-mb must be a positive number of MB, got {options.shard_mb}",
+            hint=f"leave it out for about {DEFAULT_SHARD_MB:g} MB a shard, or give "
+            "--shard-samples N",
+        )
+    if not 1 <= options.quality <= MAX_QUALITY:
+        raise DataError(
+            f"--quality must be from 1 to {MAX_QUALITY}, got {options.quality}",
+            hint=f"JPEG quality as Pillow takes it; the default is {DEFAULT_QUALITY}",
+        )
 
 
 @dataclass(frozen=True)
@@ -183,6 +210,7 @@ def _check_plan(target: Path, plan: dict[str, Any]) -> None:
 
 def pack(source: Path, target: Path, options: PackOptions, stream: TextIO) -> PackResult:
     """Pack ``source`` (with train/ and val/) into ``target``, reporting on ``stream``."""
+    check_request(source, target, options)
     classes = folder_classes(source)
     listings = {split: list_split(source / split, classes)[:2] for split in SPLITS}
     per_shard = samples_per_shard(source / "train", listings["train"][0], options)

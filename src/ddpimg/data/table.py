@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ FORMAT = 1
 META_FILE = "table.json"
 _BLOB = ".blob.npy"
 _OFFSETS = ".offsets.npy"
+# What np.load raises, besides OSError and ValueError, for a damaged .npy file: an empty
+# file, and a header its parser (tokenize, ast) cannot read.
+_DAMAGED_NPY = (EOFError, SyntaxError, tokenize.TokenError)
 
 
 @dataclass(frozen=True)
@@ -94,14 +98,21 @@ def write_table(
         raise
 
 
-def read_table(directory: Path) -> SampleTable | None:
-    """The table in ``directory``, memory-mapped; None when there is none, or one of another
-    format (to be rebuilt)."""
+def read_table(
+    directory: Path, numbers_needed: Sequence[str] = (), strings_needed: Sequence[str] = ()
+) -> SampleTable | None:
+    """The table in ``directory``, memory-mapped; None when there is none, one of another
+    format, or one that is not whole (a column missing from ``numbers_needed`` /
+    ``strings_needed``, of another length, or not integers; string offsets that do not
+    walk their blob): an index is a cache, rebuilt rather than trusted."""
     try:
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    rows = meta.get("rows")
+    if type(rows) is not int or rows < 0:
         return None
     numbers: dict[str, np.ndarray] = {}
     strings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -114,6 +125,27 @@ def read_table(directory: Path) -> SampleTable | None:
                 strings[column] = (np.load(path, mmap_mode="r"), np.load(offsets, mmap_mode="r"))
             elif not name.endswith(_OFFSETS):
                 numbers[name.removesuffix(".npy")] = np.load(path, mmap_mode="r")
-    except (OSError, ValueError):
+    except (OSError, ValueError, *_DAMAGED_NPY):
         return None
-    return SampleTable(directory, meta, numbers, strings)
+    if not (set(numbers_needed) <= numbers.keys() and set(strings_needed) <= strings.keys()):
+        return None
+    whole = all(_integer_column(column, rows) for column in numbers.values()) and all(
+        _walks(blob, offsets, rows) for blob, offsets in strings.values()
+    )
+    return SampleTable(directory, meta, numbers, strings) if whole else None
+
+
+def _integer_column(column: np.ndarray, rows: int) -> bool:
+    return column.ndim == 1 and len(column) == rows and column.dtype.kind in "iu"
+
+
+def _walks(blob: np.ndarray, offsets: np.ndarray, rows: int) -> bool:
+    """Whether ``offsets`` cut ``blob`` into ``rows`` strings: from 0 to its end, never
+    going back."""
+    if blob.ndim != 1 or blob.dtype != np.uint8 or not _integer_column(offsets, rows + 1):
+        return False
+    return (
+        int(offsets[0]) == 0
+        and int(offsets[-1]) == len(blob)
+        and bool(np.all(offsets[1:] >= offsets[:-1]))
+    )

@@ -36,6 +36,10 @@ LABEL_EXTENSION = "cls"
 # Shard files kept open per process; older ones are closed first (the limit on open files
 # is often 1024).
 OPEN_SHARDS = 128
+# The numeric columns of the index.
+COLUMNS = ("shard", "offset", "size", "label")
+# The longest label member read: a class number (with whitespace around it).
+LABEL_BYTES = 32
 _KEY = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 _IMAGE_EXTENSIONS = frozenset(extension.lstrip(".") for extension in IMAGE_EXTENSIONS)
 TAR_HINT = (
@@ -72,7 +76,9 @@ def scan_shard(path: Path) -> list[tuple[str, int, int, int]]:
             if extension.lower() in _IMAGE_EXTENSIONS and key not in images:
                 images[key] = (member.name, member.offset, member.size)
             elif extension == LABEL_EXTENSION:
-                text = os.pread(descriptor, member.size, member.offset)
+                # A class number is a few digits: a larger member is not one, and is not
+                # read whole.
+                text = os.pread(descriptor, min(member.size, LABEL_BYTES + 1), member.offset)
                 labels[key] = _label(text, f"{path}:{member.name}")
     except TarFormatError as err:
         raise DataError(
@@ -93,13 +99,14 @@ def scan_shard(path: Path) -> list[tuple[str, int, int, int]]:
 
 def _label(data: bytes, where: str) -> int:
     text = data.decode("utf-8", "replace").strip()
-    if not text.isdigit():
+    # isdigit alone also takes digits int() does not read, such as "²".
+    if not (text.isascii() and text.isdigit()) or len(data) > LABEL_BYTES:
         raise DataError(f"--data: {where} holds {text[:20]!r}, not a class number", hint=TAR_HINT)
     return int(text)
 
 
-def _shard_facts(paths: list[Path]) -> list[list[object]]:
-    facts: list[list[object]] = []
+def _shard_facts(paths: list[Path]) -> list[list[str | int]]:
+    facts: list[list[str | int]] = []
     for path in paths:
         stat = os.stat(path)
         # Whole seconds: what copies (cp -p, rsync, tar) and squashfs images keep.
@@ -130,14 +137,29 @@ def write_index(root: Path, split: str, directory: Path) -> None:
 
 def read_index(root: Path, split: str, directory: Path) -> SampleTable | None:
     """The index of ``split`` in ``directory`` if it still describes the shards."""
-    table = read_table(directory)
+    table = read_table(directory, numbers_needed=COLUMNS, strings_needed=["member"])
     if table is None or table.meta.get("kind") != KIND:
         return None
     try:
         current = _shard_facts(shard_paths(root, split))
     except OSError:
         return None
-    return table if table.meta.get("shards") == current else None
+    if table.meta.get("shards") != current:
+        return None
+    return table if _within_shards(table, [int(size) for _, size, _ in current]) else None
+
+
+def _within_shards(table: SampleTable, sizes: list[int]) -> bool:
+    """Whether every sample's byte range lies inside its shard, and its label is a class
+    number."""
+    numbers = table.numbers
+    if not len(table):
+        return True
+    shard, offset, size = numbers["shard"], numbers["offset"], numbers["size"]
+    if int(shard.min()) < 0 or int(shard.max()) >= len(sizes) or int(numbers["label"].min()) < 0:
+        return False
+    ends = np.asarray(sizes, dtype=np.int64)[shard]
+    return bool(np.all((offset >= 0) & (size >= 0) & (offset + size <= ends)))
 
 
 def dataset_classes(root: Path, label_count: int) -> list[str]:

@@ -38,12 +38,18 @@ def _read(folder: Path) -> dict[str, Any]:
 
 
 def _known(entries: dict[str, Any], shard: TokenShard) -> int | None:
+    """The shard's largest token if the index has a valid entry for it as it is now; an
+    entry of any other shape (an edited or damaged index) counts as none: it is scanned
+    again."""
     entry = entries.get(str(shard.path.resolve()))
-    if not isinstance(entry, dict) or "max_token" not in entry:
+    if not isinstance(entry, dict):
+        return None
+    largest = entry.get("max_token")
+    if type(largest) is not int or largest < -1:
         return None
     if {k: entry.get(k) for k in ("size", "mtime")} != _identity(shard.path):
         return None
-    return int(entry["max_token"])
+    return largest
 
 
 def record(folder: Path, maxima: dict[Path, int]) -> None:

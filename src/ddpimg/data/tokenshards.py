@@ -261,13 +261,16 @@ def declared_vocabulary(splits: TokenSplits) -> Vocabulary:
             recorded = json.loads(path.read_text(encoding="utf-8"))
             size = int(recorded["vocabulary"])
             eot = recorded.get("eot_token")
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            eot = None if eot is None else int(eot)
+            if size <= 0 or (eot is not None and not 0 <= eot < size):
+                raise ValueError(f"vocabulary {size}, end-of-text token {eot}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise DataError(
                 f"--data: {path} cannot be read as ddpimg's tokenizer record ({err})",
                 hint="write the shards again with `ddpimg data tokenize`, or remove the file",
             ) from err
         source = f"{path} ({recorded.get('tokenizer', 'unknown')})"
-        return Vocabulary(size, None if eot is None else int(eot), source)
+        return Vocabulary(size, eot, source)
     shard_format = splits.format
     tokenizer = "LLaMA 3" if shard_format is LLMC_V7 else "GPT-2"
     source = f"{tokenizer}'s, as {shard_format.name} files have"

@@ -22,6 +22,7 @@ from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
 from ddpimg.jobs.data import check_data
 from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.flavour import default_image, flavour_mismatch, unbuildable
+from ddpimg.jobs.foreign import check_foreign
 from ddpimg.jobs.noderange import check_node_range
 from ddpimg.jobs.spec import DEFAULT, JobSpec, bind_entries, counted
 from ddpimg.site.container import FILE_IMAGE_FORMS, RUNTIMES
@@ -30,19 +31,26 @@ from ddpimg.site.sources import is_documented, source_of
 from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 
 
-def check_job(spec: JobSpec, profile: SiteProfile, *, submit: bool = False) -> list[Finding]:
+def check_job(
+    spec: JobSpec, profile: SiteProfile, *, submit: bool = False, allow_retired: bool = False
+) -> list[Finding]:
     """Every finding about ``spec`` on ``profile``'s nodes, errors first. ``submit``: the
-    script is about to be submitted, so the image file must exist now."""
+    script is about to be submitted, so the image file must exist now. ``allow_retired``:
+    render for a retired site anyway (an archive's job), with a warning instead of an error."""
     findings = [
-        *_check_status(profile),
+        *_check_status(profile, allow_retired),
         *_check_command(spec),
+        *_check_node_count(spec, profile),
+        *_check_cpus(spec, profile),
         *check_node_range(spec),
         *check_data(spec),
+        *check_foreign(spec, _site_image(spec, profile)),
         *_check_gpus(spec, profile),
         *_check_gpu_type(spec, profile),
         *_check_layout(spec),
         *_check_time(spec),
         *_check_limits(spec, profile),
+        *_check_local_dir(spec, profile),
         *_check_image(spec, submit),
         *_check_flavour(spec, profile),
         *_check_cpu_bind(spec, profile),
@@ -116,14 +124,55 @@ def _check_command(spec: JobSpec) -> list[Finding]:
     return []
 
 
-def _check_status(profile: SiteProfile) -> list[Finding]:
+def _check_status(profile: SiteProfile, allow_retired: bool) -> list[Finding]:
+    """A retired site's job would pend forever: an error, unless rendered for an archive."""
     if not profile.retired_notice:
         return []
+    instead = f"--site {profile.successor}" if profile.successor else "the site that replaced it"
+    if allow_retired:
+        return [
+            _warning(
+                profile.retired_notice,
+                hint=f"rendered for an archive (--allow-retired); to run it, use {instead}",
+            )
+        ]
     return [
-        _warning(
-            profile.retired_notice,
-            hint="its profile is kept for its users' archives (re-rendering an old job); "
-            "choose the site that replaced it with --site",
+        _error(
+            f"{profile.retired_notice}: its nodes take no jobs, a job would pend forever",
+            hint=f"use {instead}; --allow-retired renders it anyway (re-rendering an old job "
+            "for its archive)",
+        )
+    ]
+
+
+def _check_node_count(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    most = profile.job.max_nodes
+    if not most or spec.nodes <= most:
+        return []
+    return [
+        _error(
+            f"{spec.origin('nodes')}: site {profile.name} runs jobs on at most "
+            f"{counted(most, 'node')} ({profile.description or 'its profile says so'})",
+            hint=f"--nodes {most}, or the profile of the cluster the job runs on (--site; "
+            "`ddpimg site probe` drafts one for a cluster without a profile)",
+        )
+    ]
+
+
+def _check_cpus(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    """A GPU job on a site that does not say how many CPUs a GPU's rank gets: 1 would leave
+    its data loading one core, so the CPUs must be given (or the site probed)."""
+    if not spec.gpus_requested or "job.cpus_per_task" in profile.facts:
+        return []
+    if spec.source("cpus_per_task") != DEFAULT:
+        return []
+    return [
+        _error(
+            f"site {profile.name} does not say how many CPUs a rank gets, and no "
+            "--cpus-per-task was given: the default 1 leaves each GPU's data loading one core",
+            hint="--cpus-per-task C with C = CPUs per node / GPUs per node (`sinfo -N -o "
+            "'%N %c %G'` lists both), or draft a profile for the cluster with "
+            "`ddpimg site probe`",
         )
     ]
 
@@ -365,9 +414,14 @@ def _check_image(spec: JobSpec, submit: bool) -> list[Finding]:
     return []
 
 
+def _site_image(spec: JobSpec, profile: SiteProfile) -> bool:
+    """Whether the job's image is the site's own container (``container.image_from``)."""
+    return profile.container.image_from == "site" and spec.source("image").startswith("site ")
+
+
 def _check_flavour(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
-    if spec.runtime == "none" or not spec.gpus_requested:
-        return []
+    if spec.runtime == "none" or not spec.gpus_requested or spec.ddpimg_from:
+        return []  # no image, or one that is not ddpimg's: no flavour of ddpimg's applies
     missing = unbuildable(profile.hardware)
     if missing and spec.source("image") == DEFAULT:
         return [
@@ -382,6 +436,19 @@ def _check_flavour(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
         ]
     mismatch = flavour_mismatch(spec.image, profile.hardware)
     return [_warning(*mismatch)] if mismatch else []
+
+
+def _check_local_dir(spec: JobSpec, profile: SiteProfile) -> list[Finding]:
+    if not spec.stage_data or profile.job.local_dir_kind != "ram":
+        return []
+    return [
+        _warning(
+            f"--stage-data copies into {spec.local_dir}, which is memory on site "
+            f"{profile.name}: the copy counts against the job's memory",
+            hint="stage only what fits beside the training (--mem), or read a squashfs image "
+            "(--data-image) instead",
+        )
+    ]
 
 
 def _check_cpu_bind(spec: JobSpec, profile: SiteProfile) -> list[Finding]:

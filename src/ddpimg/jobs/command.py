@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 TRAIN = "train"
@@ -110,10 +111,13 @@ def shell_words(
     launch: str,
     workers_per_node: int,
     data: str | None = None,
+    *,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """The command as shell words for the batch script, with ddpimg's options added;
     ``data``: the shell word ``--data`` becomes (``ddpimg.jobs.data``), replacing the
-    user's."""
+    user's; ``extra``: shell words a train or doctor command gets besides (before
+    ``--script``)."""
     head = command.head if data is None else command.head_without("--data")
     quoted = [shlex.quote(word) for word in head]
     if data is not None:
@@ -131,4 +135,6 @@ def shell_words(
         and command.option("--nproc-per-node") is None
     ):
         quoted += ["--nproc-per-node", str(workers_per_node)]
+    if command.kind in (TRAIN, DOCTOR):
+        quoted += extra
     return quoted + [shlex.quote(word) for word in command.script]

@@ -6,8 +6,9 @@ either for ``train --data``:
 
 - ``--data-image FILE``: a squashfs image (``mksquashfs`` of ``ddpimg data pack``'s shards)
   mounted read-only inside the container at ``/data`` by Apptainer / SingularityCE
-  (``--bind FILE:/data:image-src=/``, as LUMI's and CSC's guides show); the kernel reads
-  one file. Other runtimes cannot mount an image file: stage instead.
+  (``--bind FILE:/data:image-src=/``, as LUMI's and CSC's guides show) or by the CSCS
+  Container Engine (an EDF mount ``FILE:/data:sqsh``); the kernel reads one file. Other
+  runtimes cannot mount an image file: stage instead.
 - ``--stage-data DIR``: before the training step, one task per node copies DIR to
   ``--local-dir`` (the site's node-local directory; default ``$TMPDIR``, else ``/tmp``)
   with ``cp -rp``, which keeps the modification times the dataset's index checks, so the
@@ -24,11 +25,12 @@ from __future__ import annotations
 import shlex
 
 from ddpimg.jobs.command import TRAIN, TrainCommand
+from ddpimg.jobs.directives import SINGLE_QUOTED
 from ddpimg.jobs.findings import ERROR, Finding
 from ddpimg.jobs.spec import JobSpec
 
 IMAGE_TARGET = "/data"
-IMAGE_RUNTIMES = ("apptainer", "singularity")
+IMAGE_RUNTIMES = ("apptainer", "singularity", "edf")
 STAGED = "DDPIMG_DATA"
 # The copy's path, job-level: expanded by the batch shell; double quotes keep it one word.
 STAGED_WORD = f'"${{{STAGED}}}"'
@@ -48,6 +50,16 @@ def image_bind(spec: JobSpec) -> str | None:
     if not spec.data_image:
         return None
     return shlex.quote(f"{spec.data_image}:{IMAGE_TARGET}:image-src=/")
+
+
+def image_mount(spec: JobSpec) -> str | None:
+    """The Container Engine's EDF mount of the squashfs image (unquoted: it goes into the EDF
+    as a TOML string), or None. The engine expands ${PWD} in a relative path's stead."""
+    if not spec.data_image:
+        return None
+    image = spec.data_image
+    path = image if image.startswith("/") else "${PWD}/" + image.removeprefix("./")
+    return f"{path}:{IMAGE_TARGET}:sqsh"
 
 
 def staged_bind(target_too: bool) -> str:
@@ -82,8 +94,8 @@ def check_data(spec: JobSpec) -> list[Finding]:
         return [
             Finding(
                 ERROR,
-                f"--data-image needs apptainer or singularity to mount the image "
-                f"(image-src=/), but the job's runtime is {spec.runtime}",
+                f"--data-image needs apptainer, singularity or the CSCS Container Engine "
+                f"(edf) to mount the image, but the job's runtime is {spec.runtime}",
                 f"copy the dataset to each node instead: --stage-data DIR (the unpacked "
                 f"shards), or --runtime {IMAGE_RUNTIMES[0]}",
             )
@@ -108,15 +120,18 @@ def staging_lines(spec: JobSpec) -> list[str]:
     if not spec.stage_data:
         return []
     source = shlex.quote(spec.stage_data.rstrip("/") or "/")
-    copy = shlex.quote('mkdir -p "$1" && cp -rp "$0"/. "$1"/')
+    # `--`: a directory whose name starts with a dash is not an option.
+    copy = shlex.quote('mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/')
     return [
         "# --stage-data: copy the dataset to each node's own disk once, before training;",
         "# cp -p keeps the modification times the dataset's index checks, so the copy needs",
         "# no new index. The step reads the copy, bound into the container at the same path.",
+        # local_dir may name variables of the node (ddpimg.shellpath), hence double quotes.
         f'export {STAGED}="{spec.local_dir}/ddpimg-data-${{SLURM_JOB_ID}}"',
+        SINGLE_QUOTED,
         f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
         f'bash -c {copy} {source} "${{{STAGED}}}" || {{',
-        f'    echo "ddpimg: staging {source} to ${{{STAGED}}} failed" >&2',
+        f"    printf 'ddpimg: staging %s to %s failed\\n' {source} \"${{{STAGED}}}\" >&2",
         "    exit 1",
         "}",
         "",
@@ -130,6 +145,6 @@ def cleanup_lines(spec: JobSpec) -> list[str]:
     return [
         "# Remove the staged copies: node-local space is not this job's alone.",
         f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
-        f'rm -rf "${{{STAGED}}}"',
+        f'rm -rf -- "${{{STAGED}}}"',
         "",
     ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpimg.errors import JobError
+from ddpimg.shellpath import expandable_path_problem
 from ddpimg.site.container import DEFAULT_RUNTIME, RUNTIMES
 from ddpimg.slurm_units import parse_slurm_memory, parse_slurm_time
 from ddpimg.tomlfile import INTEGER, STRING, STRING_LIST, Kind
@@ -43,6 +44,21 @@ def _single_bind(text: str, where: str) -> None:
         raise JobError(
             f"{where}: {text!r} contains ',', which separates binds for apptainer",
             hint="give each bind on its own (--bind A --bind B)",
+        )
+
+
+def _expandable_path(text: str, where: str) -> None:
+    problem = expandable_path_problem(text)
+    if problem is not None:
+        raise JobError(f"{where}: {problem}", hint="e.g. --local-dir '$LOCAL_SCRATCH'")
+
+
+def _absolute(text: str, where: str) -> None:
+    if text and (not text.startswith("/") or "," in text or ":" in text):
+        raise JobError(
+            f"{where}: {text!r} is not an absolute path without ',' and ':'",
+            hint="the tasks find it at the same path on every node (it is bound into the "
+            "container): give it from /",
         )
 
 
@@ -237,12 +253,24 @@ FIELDS: tuple[Field, ...] = (
         "DIR",
     ),
     Field(
+        "ddpimg_from",
+        str,
+        "",
+        "ddpimg installed for the --image (a virtual environment made with "
+        "--system-site-packages over its Python): the step runs DIR/bin/train in the image, "
+        "keeping the image's own environment",
+        "DIR",
+        check=_absolute,
+    ),
+    Field(
         "local_dir",
         str,
         "${TMPDIR:-/tmp}",
-        "node-local directory for --stage-data (expanded on the node: $VARIABLES allowed)",
+        "node-local directory for --stage-data (expanded on the node: $NAME, ${NAME} and "
+        "${NAME:-DEFAULT} allowed)",
         "DIR",
         from_profile=True,
+        check=_expandable_path,
     ),
     Field(
         "sbatch_options",

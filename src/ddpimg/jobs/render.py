@@ -7,7 +7,12 @@ why its line is there, so a reader on the cluster does not need this file.
 Shell quoting follows one rule: job-level values (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``)
 are expanded by the batch shell; per-task values (``SLURM_PROCID``, ``SLURM_NODEID``,
 ``SLURM_LOCALID``) exist only inside the step, so they sit in single quotes that reach each
-task's own shell. User-given words are quoted with :func:`shlex.quote`.
+task's own shell. Every value a user, a job file or a site profile gives is quoted for the
+shell it lands in with :func:`shlex.quote`, or refused where it must be one word of an
+``#SBATCH`` line (:mod:`ddpimg.jobs.fields`); a path expanded on the node (``--local-dir``)
+may hold only plain variables (:mod:`ddpimg.shellpath`). The scripts are shellcheck-clean
+(``tests/jobs/test_golden.py``), and ``tests/jobs/test_quoting.py`` renders every field
+with hostile values and runs the scripts with stub commands.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import textwrap
 from ddpimg import exitcodes
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
+from ddpimg.jobs.directives import SINGLE_QUOTED, TRAP_HANDLER
+from ddpimg.jobs.foreign import entry_point, keep_words, srun_word, wrapper_lines
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
-from ddpimg.site.model import SiteProfile
+from ddpimg.site.model import Limits, SiteProfile
 
 INDENT = "    "
 COMMENT_WIDTH = 90
@@ -113,8 +120,8 @@ def _directives(spec: JobSpec, profile: SiteProfile) -> list[str]:
         f"#SBATCH --cpus-per-task={spec.cpus_per_slurm_task}",
     ]
     lines += _optional("time", spec.time)
-    lines += _optional("partition", spec.partition)
-    lines += _optional("qos", spec.qos)
+    lines += _noted("partition", spec.partition, profile.partitions)
+    lines += _noted("qos", spec.qos, profile.qos)
     lines += _optional("account", spec.account)
     lines += _optional("constraint", spec.constraint)
     lines += _optional("mem", spec.mem)
@@ -144,6 +151,43 @@ def _optional(name: str, value: str) -> list[str]:
     return [f"#SBATCH --{name}={value}"] if value else []
 
 
+def _noted(name: str, value: str, limits: tuple[tuple[str, Limits], ...]) -> list[str]:
+    """A partition's or QOS's line, after the site's note about it (the access it needs)."""
+    note = dict(limits)[value].note if value in dict(limits) else ""
+    return [*(_comment(f"{value}: {note}") if note else []), *_optional(name, value)]
+
+
+def _module_lines(profile: SiteProfile) -> list[str]:
+    """The modules the site's runtime needs in the batch shell (its container bindings)."""
+    job = profile.job
+    if not job.modules:
+        return []
+    return [
+        *_comment(
+            f"Site {profile.name}'s modules for its container runtime (job.modules): they set "
+            "the binds its containers need."
+        ),
+        *(f"module use {shlex.quote(path)}" for path in job.module_use),
+        f"module load {' '.join(shlex.quote(name) for name in job.modules)}",
+        "",
+    ]
+
+
+def _unset_lines(profile: SiteProfile) -> list[str]:
+    """The variables the site's srun must not inherit from the batch shell."""
+    names = profile.job.unset_env
+    if not names:
+        return []
+    return [
+        *_comment(
+            f"Site {profile.name}'s profile (job.unset_env): the training step's srun must not "
+            "inherit these from the batch shell; its [sources] say why."
+        ),
+        f"unset {' '.join(names)}",
+        "",
+    ]
+
+
 def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
     return [
         "# No `set -e`: `wait` returns non-zero when a signal arrives, and the script must go",
@@ -162,12 +206,14 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         'step_pid=""',
         "interrupted=0",
         "cancelled=0",
+        TRAP_HANDLER,
         "forward_usr2() {",
         "    interrupted=1",
         '    echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2',
         "    # srun passes the signal on to every task of its step.",
         '    if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi',
         "}",
+        TRAP_HANDLER,
         "note_term() {",
         "    interrupted=1",
         "    cancelled=1",
@@ -178,6 +224,9 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
         "trap forward_usr2 USR2",
         "trap note_term TERM",
         "",
+        *_unset_lines(profile),
+        *_module_lines(profile),
+        *wrapper_lines(spec),
         *staging_lines(spec),
         *_step(spec, profile),
         "step_pid=$!",
@@ -255,16 +304,23 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
     line per part."""
     runtime = invocation(spec, profile)
     srun = [
-        "srun",
+        srun_word(spec),
         f"--nodes={spec.step_nodes}",
         f"--ntasks-per-node={spec.ntasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_slurm_task}",
     ]
-    binding = [f"--cpu-bind={spec.cpu_bind}"] if spec.cpu_bind_applies else []
+    binding = ["--cpu-bind=" + shlex.quote(spec.cpu_bind)] if spec.cpu_bind_applies else []
     prelude = ["bash", "-c", shlex.quote(TASK_PRELUDE), "ddpimg-task"]
     command = shell_words(
-        TrainCommand(spec.command), spec.site, spec.launch, spec.ranks_per_node, data_word(spec)
+        TrainCommand(spec.command),
+        spec.site,
+        spec.launch,
+        spec.ranks_per_node,
+        data_word(spec),
+        extra=keep_words(spec),
     )
+    if spec.ddpimg_from and command:
+        command[0] = shlex.quote(entry_point(spec.command[0], spec.ddpimg_from))
     parts = [srun]
     if binding or runtime.srun_options:
         parts.append([*binding, *runtime.srun_options])
@@ -280,5 +336,6 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
         *runtime.preamble,
         *comments,
         *runtime.comments,
+        SINGLE_QUOTED,
         CONTINUATION.join(" ".join(part) for part in parts),
     ]

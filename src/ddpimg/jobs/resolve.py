@@ -146,6 +146,8 @@ def resolve_job(
     if not values["ntasks_per_node"]:
         per_gpu = values["launch"] == "srun"
         values["ntasks_per_node"] = max(values["gpus_per_node"], 1) if per_gpu else 1
+    if values["ddpimg_from"] and values["ddpimg_from"] not in values["binds"]:
+        values["binds"] = (*values["binds"], values["ddpimg_from"])  # found at its own path
     if not values["output"]:
         values["output"] = "%x-%A_%a.out" if values["array"] else "%x-%j.out"
     return JobSpec(site=site or profile.name, sources=tuple(sorted(sources.items())), **values)

@@ -8,9 +8,10 @@ runtime                   the step's tasks run
 ``apptainer``             ``apptainer exec --nv --bind A,B IMAGE.sif COMMAND`` (``--rocm``
                           for AMD); the host environment passes in by itself
 ``singularity``           the same with SingularityCE's ``singularity`` (LUMI)
-``podman-hpc``            ``podman-hpc run --rm --gpu --network=host --ipc=host --user=0:0
-                          --env 'SLURM_*' --volume ... TAG COMMAND`` (NERSC; rootless, so
-                          the container's uid 0 is the user)
+``podman-hpc``            ``podman-hpc shared-run --gpu --network=host --ipc=host
+                          --user=0:0 --env 'SLURM_*' --volume ... TAG COMMAND`` (NERSC: one
+                          container per node, each task exec'ed into it; rootless, so the
+                          container's uid 0 is the user)
 ``pyxis``                 srun itself starts enroot: ``srun --container-image=./IMAGE.sqsh
                           --container-mounts=... --container-workdir=...``; pyxis passes
                           the task's environment and enroot's hook the GPUs
@@ -26,21 +27,21 @@ runtime                   the step's tasks run
 
 Every runtime binds the job's working directory and ``spec.binds`` (the site's file systems,
 the fabric's host paths, ``--bind``) the same way, and the node-local copy of
-``--stage-data`` at its own path; apptainer and singularity also mount ``--data-image``
+``--stage-data`` at its own path; apptainer, singularity and edf also mount ``--data-image``
 (``ddpimg.jobs.data``).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddpimg.jobs.data import STAGED, image_bind, staged_bind
+from ddpimg.jobs.data import STAGED, image_bind, image_mount, staged_bind
 from ddpimg.jobs.spec import JobSpec
 from ddpimg.site.fabric import split_bind
 from ddpimg.site.model import SiteProfile
+from ddpimg.tomlfile import toml_string
 from ddpimg.topology.slurm import SLURM_VARIABLES
 
 # Docker passes no host variables into a container: these are the ones ddpimg reads there.
@@ -68,7 +69,7 @@ def invocation(spec: JobSpec, profile: SiteProfile) -> Invocation:
     """How ``spec``'s tasks start the image on ``profile``'s site."""
     options = profile.container.options if spec.runtime == profile.container.runtime else ()
     render = _RENDERERS[spec.runtime]
-    return render(spec, profile, tuple(options))
+    return render(spec, profile, tuple(shlex.quote(option) for option in options))
 
 
 def _host_and_target(bind: str) -> str:
@@ -81,7 +82,7 @@ def _apptainer(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> I
     if spec.gpus_requested:
         words.append(flag)
     if spec.binds:
-        words += ["--bind", ",".join(spec.binds)]
+        words += ["--bind", shlex.quote(",".join(spec.binds))]
     for bind in (image_bind(spec), spec.stage_data and staged_bind(target_too=False)):
         if bind:
             words += ["--bind", bind]
@@ -127,16 +128,20 @@ def _volumes(spec: JobSpec) -> list[str]:
 
 
 def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invocation:
-    run = ["podman-hpc", "run", "--rm"]
+    # shared-run: one container per node, each task `exec`ed into it, which podman-hpc's own
+    # help calls the way to start a container from srun (`run` would start one per task).
+    run = ["podman-hpc", "shared-run"]
     if spec.gpus_requested:
         run += (
             ["--gpu"] if spec.gpu_vendor == "nvidia" else ["--device=/dev/kfd", "--device=/dev/dri"]
         )
     run += ["--network=host", "--ipc=host", "--user=0:0", "--env 'SLURM_*'"]
     comments = [
-        "# podman-hpc passes only the variables named: --env 'SLURM_*' gives ddpimg the step.",
-        "# Rootless podman maps the container's uid 0 to you, so the run's files are yours; host",
-        "# network and IPC for the rendezvous and shared memory.",
+        "# podman-hpc shared-run starts one container per node and execs each task into it; the",
+        "# image must be on the compute nodes first: `podman-hpc migrate IMAGE` (or pull) it",
+        "# on the login node. --env 'SLURM_*' gives ddpimg the step; rootless podman maps the",
+        "# container's uid 0 to you, so the run's files are yours; host network and IPC for the",
+        "# rendezvous and shared memory.",
     ]
     if spec.gpus_requested and spec.gpu_vendor == "nvidia":
         comments.append(
@@ -170,17 +175,21 @@ def edf_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
     mounts = ["${PWD}", *(":".join(split_bind(bind)) for bind in spec.binds)]
     if spec.stage_data:  # exported by the script; the engine expands it
         mounts.append(f"${{{STAGED}}}")
+    squashfs = image_mount(spec)
+    if squashfs:
+        mounts.append(squashfs)
     # An absolute path: the engine expands ${PWD}, the job's working directory.
     image = spec.image if spec.image.startswith("/") else "${PWD}/" + spec.image.removeprefix("./")
     lines = [
-        f"image = {json.dumps(image)}",
-        f"mounts = [{', '.join(json.dumps(mount) for mount in mounts)}]",
+        f"image = {toml_string(image)}",
+        f"mounts = [{', '.join(toml_string(mount) for mount in mounts)}]",
         'workdir = "${PWD}"',
     ]
     annotations = profile.container.annotations if spec.runtime == profile.container.runtime else ()
     if annotations:
         lines += ["", "[annotations]"]
-        lines += [f"{name} = {json.dumps(value)}" for name, value in annotations]
+        # Names are dotted bare keys (ddpimg.site.schema checks them): they need no quotes.
+        lines += [f"{name} = {toml_string(value)}" for name, value in annotations]
     return lines
 
 

@@ -48,6 +48,7 @@ class JobSpec:
     max_restarts: int
     data_image: str
     stage_data: str
+    ddpimg_from: str  # ddpimg installed for a site's own image (ddpimg.jobs.foreign)
     local_dir: str
     sbatch_options: tuple[str, ...]
     command: tuple[str, ...]
@@ -80,7 +81,7 @@ class JobSpec:
     @property
     def step_nodes(self) -> str:
         """A step's ``srun --nodes=``: the nodes the job got, which a range leaves to Slurm."""
-        return "${SLURM_JOB_NUM_NODES}" if self.node_range else str(self.nodes)
+        return '"${SLURM_JOB_NUM_NODES}"' if self.node_range else str(self.nodes)
 
     @property
     def gpus_requested(self) -> bool:

@@ -5,10 +5,18 @@ only "timed out". Before it, every rank checks in on the TCP store under its ran
 host name; rank 0 waits (bounded) until all have, reporting progress, and publishes a verdict.
 When ranks are missing at the deadline rank 0 names them and their hosts, and every rank that
 did arrive exits non-zero. The same store then backs the process group, so one port is used.
+
+Rank 0's store listens on the master address only (``listen_socket``), the address the
+site's rule gives the other ranks, not on every interface as TCPStore does by default: a
+network that the rule leaves out (the Ethernet beside the fabric, a login network) cannot
+reach it. When the master address is not one of rank 0's own (a name of another
+interface, a load balancer), torch's default is kept.
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +50,7 @@ def open_store(
 
     is_server = rank == 0 and not use_agent_store
     try:
+        listening = listen_socket(master_addr, master_port) if is_server else None
         return TCPStore(
             master_addr,
             master_port,
@@ -49,6 +58,7 @@ def open_store(
             timeout=timedelta(seconds=timeout_s),
             wait_for_workers=False,
             multi_tenant=True,
+            master_listen_fd=None if listening is None else listening.detach(),
         )
     except Exception as err:  # TCPStore raises DistNetworkError / DistStoreError / RuntimeError
         if is_server:
@@ -64,6 +74,29 @@ def open_store(
             "interface or name); check `ddpimg env --explain` and the site profile's "
             "network.master_addr",
         ) from err
+
+
+def listen_socket(address: str, port: int) -> socket.socket | None:
+    """A TCP socket listening on ``address`` (its first resolved address that is this
+    host's) at ``port``, for the store to serve on; None when ``address`` resolves to none
+    of this host's addresses. A port in use raises OSError, as TCPStore's own bind would."""
+    try:
+        candidates = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return None
+    for family, kind, protocol, _, where in candidates:
+        sock = socket.socket(family, kind, protocol)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(where)
+            sock.listen(socket.SOMAXCONN)
+        except OSError as err:
+            sock.close()
+            if err.errno != errno.EADDRNOTAVAIL:
+                raise
+            continue
+        return sock
+    return None
 
 
 def describe_missing(missing: list[int], host_of_rank: Callable[[int], str | None]) -> str:

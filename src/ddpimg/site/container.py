@@ -28,7 +28,7 @@ RUNTIMES: dict[str, Runtime] = {
     for runtime in (
         Runtime("apptainer", "sif", "apptainer exec IMAGE.sif in each task"),
         Runtime("singularity", "sif", "SingularityCE's singularity exec (LUMI)"),
-        Runtime("podman-hpc", "tag", "NERSC's podman-hpc run (Perlmutter)"),
+        Runtime("podman-hpc", "tag", "NERSC's podman-hpc shared-run (Perlmutter)"),
         Runtime("pyxis", "sqsh", "enroot through Slurm's pyxis plugin: srun --container-image"),
         Runtime(
             "edf",

@@ -32,7 +32,12 @@ class JobDefaults:
     qos: str = ""  # --qos
     mem_per_gpu: str = ""  # Slurm memory size per GPU; --mem is this times the GPUs per node
     cpu_bind: str = ""  # srun --cpu-bind, e.g. LUMI's mask of each GCD's cores
-    local_dir: str = ""  # node-local directory --stage-data copies into; shell words allowed
+    local_dir: str = ""  # node-local directory --stage-data copies into; $NAME forms allowed
+    local_dir_kind: str = ""  # "disk", "ram" (a copy there counts against memory), "" unknown
+    max_nodes: int = 0  # the most nodes a job can span (local: 1, loopback); 0: no limit
+    unset_env: tuple[str, ...] = ()  # variables the batch script unsets before srun
+    modules: tuple[str, ...] = ()  # modules the batch shell loads (its runtime's bindings)
+    module_use: tuple[str, ...] = ()  # module directories to `module use` first
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Container:
     image: str = ""  # the image reference; "" -> the flavour's name in the runtime's form
     options: tuple[str, ...] = ()  # extra options of the runtime's own command
     annotations: tuple[tuple[str, str], ...] = ()  # sorted; the edf runtime's [annotations]
+    image_from: str = ""  # "site": the image is the site's own, jobs need --ddpimg-from
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class Limits:
     max_gpus: int = 0  # GPUs of the whole job
     min_gpus_per_node: int = 0
     max_mem: str = ""  # memory per node (Slurm size)
+    note: str = ""  # what a job there must know (access it needs), written into the script
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ class SiteProfile:
     content_hash: str  # sha256 of the file bytes
     status: str = "active"  # "active" or "retired" (kept for its users' archives)
     status_note: str = ""  # what a retired site's users are told when it is selected
+    successor: str = ""  # the profile of the site that replaced a retired one
     match: MatchRule = field(default_factory=MatchRule)
     interfaces: tuple[str, ...] = ()
     master_addr: str = "{node}"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ddpimg.errors import DdpimgError
+from ddpimg.shellpath import expandable_path_problem
 from ddpimg.site.container import RUNTIMES
 from ddpimg.site.fabric import TRANSPORTS, check_binds, check_library_paths
 from ddpimg.site.master import check_master_template
@@ -22,6 +23,9 @@ from ddpimg.tomlfile import INTEGER, NUMBER, STRING, STRING_LIST, Kind, is_int
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# An annotation name is written as a TOML dotted key of bare keys into the script's EDF.
+_ANNOTATION_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\Z")
 MIN_PORT = 1024
 MAX_PORT = 65535
 
@@ -60,6 +64,11 @@ def _slurm_memory(value: str) -> str | None:
     return None
 
 
+def _one_line(value: str) -> str | None:
+    # Written into the batch script as a comment: a line break would end the comment.
+    return "it contains a line break or control character" if _CONTROL.search(value) else None
+
+
 def _positive(value: int) -> str | None:
     return None if value >= 1 else f"{value} is not at least 1"
 
@@ -71,6 +80,7 @@ _LIMIT_KEYS: dict[str, tuple[Kind, Callable[[Any], str | None]]] = {
     "max_gpus": (INTEGER, _positive),
     "min_gpus_per_node": (INTEGER, _positive),
     "max_mem": (STRING, _slurm_memory),
+    "note": (STRING, _one_line),
 }
 
 
@@ -102,7 +112,7 @@ LIMITS_TABLE = Kind(
     _to_limits,
     example='{ gpu = { max_time = "3-00:00:00" } }',
 )
-SOURCE_PREFIXES = ("https://", "unverified: ", "choice: ")
+SOURCE_PREFIXES = ("https://", "unverified: ", "choice: ", "probed: ")
 
 
 def _sources(value: dict[str, str]) -> str | None:
@@ -110,12 +120,12 @@ def _sources(value: dict[str, str]) -> str | None:
         if not source.startswith(SOURCE_PREFIXES) or source in SOURCE_PREFIXES:
             return (
                 f"sources.{key}: '{source}' is not a URL (https://...), "
-                "'unverified: WHY' or 'choice: WHY'"
+                "'unverified: WHY', 'choice: WHY' or 'probed: WHEN: HOW'"
             )
     return None
 
 
-def _valid_profile_name(value: str) -> str | None:
+def check_profile_name(value: str) -> str | None:
     if not value:
         return "it is empty"
     if not _PROFILE_NAME.match(value):
@@ -141,10 +151,36 @@ def _interface_names(value: list[str]) -> str | None:
     return None
 
 
+def _env_name_list(value: list[str]) -> str | None:
+    return _env_names(dict.fromkeys(value, ""))
+
+
 def _env_names(value: dict[str, str]) -> str | None:
     for name in value:
         if not _ENV_NAME.match(name):
             return f"'{name}' is not an environment variable name"
+    return None
+
+
+def _words(value: list[str]) -> str | None:
+    for item in value:
+        if not item or any(c.isspace() or c < " " for c in item):
+            return f"'{item}' is not one word"
+    return None
+
+
+def _option_words(value: list[str]) -> str | None:
+    # Each entry is one word of the runtime's command line, quoted there as one.
+    for item in value:
+        if not item.startswith("-") or any(c.isspace() for c in item):
+            return f"'{item}' is not one option word (--name or --name=value, no whitespace)"
+    return None
+
+
+def _annotation_names(value: dict[str, str]) -> str | None:
+    for name in value:
+        if not _ANNOTATION_NAME.match(name):
+            return f"'{name}' is not a dotted name (letters, digits, '_' and '-' between dots)"
     return None
 
 
@@ -201,10 +237,11 @@ class Key(NamedTuple):
 
 
 SCHEMA: dict[str, Key] = {
-    "site.name": Key(STRING, "name", required=True, check=_valid_profile_name),
+    "site.name": Key(STRING, "name", required=True, check=check_profile_name),
     "site.description": Key(STRING, "description"),
     "site.status": Key(STRING, "status", choices=("active", "retired")),
     "site.status_note": Key(STRING, "status_note"),
+    "site.successor": Key(STRING, "successor", check=check_profile_name),
     "match.hostnames": Key(STRING_LIST, "match.hostnames", check=_no_empty_items),
     "match.slurm_cluster_names": Key(
         STRING_LIST, "match.slurm_cluster_names", check=_no_empty_items
@@ -231,11 +268,17 @@ SCHEMA: dict[str, Key] = {
     "job.qos": Key(STRING, "job.qos"),
     "job.mem_per_gpu": Key(STRING, "job.mem_per_gpu", check=_slurm_memory),
     "job.cpu_bind": Key(STRING, "job.cpu_bind", check=_no_whitespace),
-    "job.local_dir": Key(STRING, "job.local_dir", check=_no_whitespace),
+    "job.local_dir": Key(STRING, "job.local_dir", check=expandable_path_problem),
+    "job.local_dir_kind": Key(STRING, "job.local_dir_kind", choices=("", "disk", "ram")),
+    "job.max_nodes": Key(INTEGER, "job.max_nodes", check=_at_least(1)),
+    "job.unset_env": Key(STRING_LIST, "job.unset_env", check=_env_name_list),
+    "job.modules": Key(STRING_LIST, "job.modules", check=_words),
+    "job.module_use": Key(STRING_LIST, "job.module_use", check=check_library_paths),
     "container.runtime": Key(STRING, "container.runtime", choices=("", *RUNTIMES)),
     "container.image": Key(STRING, "container.image"),
-    "container.options": Key(STRING_LIST, "container.options", check=_no_empty_items),
-    "container.annotations": Key(STRING_TABLE, "container.annotations"),
+    "container.options": Key(STRING_LIST, "container.options", check=_option_words),
+    "container.image_from": Key(STRING, "container.image_from", choices=("", "site", "ddpimg")),
+    "container.annotations": Key(STRING_TABLE, "container.annotations", check=_annotation_names),
     "partitions": Key(LIMITS_TABLE, "partitions", check=_limits),
     "qos": Key(LIMITS_TABLE, "qos", check=_limits),
     "sources": Key(STRING_TABLE, "sources", check=_sources),

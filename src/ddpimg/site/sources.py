@@ -3,8 +3,9 @@
 Every fact a profile states about its site (a key it sets, or an entry of a table such as
 ``env.NCCL_NET_GDR_LEVEL`` or ``partitions.gpu``) is cited by a source: the URL of the site's
 own documentation, ``"unverified: WHY"`` (no public page states it; the reason says what it
-rests on), or ``"choice: WHY"`` (not a fact of the site: ddpimg's own default, such as the
-CPU share a rank gets). A source given for a key also covers the entries under it
+rests on), ``"probed: WHEN on NODES: HOW"`` (``ddpimg site probe`` read it from the site's
+Slurm or measured it), or ``"choice: WHY"`` (not a fact of the site: ddpimg's own default,
+such as the CPU share a rank gets). A source given for a key also covers the entries under it
 (``fabric.env`` covers ``fabric.env.NCCL_NET``).
 
 ``ddpimg sbatch`` reads the sources of partition and QOS limits: a limit the site documents
@@ -23,6 +24,7 @@ from ddpimg.site.schema import TABLE_KEYS
 NOT_FACTS = ("site.name", "site.description", "sources")
 UNVERIFIED = "unverified: "
 CHOICE = "choice: "
+PROBED = "probed: "
 
 
 def fact_keys(values: Mapping[str, Any]) -> tuple[str, ...]:
@@ -64,5 +66,6 @@ def uncited(profile: SiteProfile, facts: Iterable[str]) -> list[str]:
 
 
 def is_documented(source: str) -> bool:
-    """A source that is a page of the site's documentation."""
-    return source.startswith("https://")
+    """A source that states the fact with authority: a page of the site's documentation, or
+    the site's own Slurm as ``ddpimg site probe`` read it."""
+    return source.startswith(("https://", PROBED))

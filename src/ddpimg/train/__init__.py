@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError, RankLostError
@@ -52,6 +54,12 @@ def run_training(
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     config.per_rank_batch(ctx.world_size)  # fails before anything is written
+    if config.memory_snapshot and ctx.device.type != "cuda":
+        raise DdpimgError(
+            f"--memory-snapshot records the CUDA caching allocator, and this run is on "
+            f"{ctx.device.type}",
+            hint="drop --memory-snapshot on the CPU; --profile alone traces CPU runs",
+        )
     task = trainer.factory(config, ctx)
     strategy = strategy_spec.factory(config, ctx)
     watch = open_watch(ctx, short_hostname())
@@ -86,13 +94,28 @@ def run_training(
             recorder.finish("preempted", exitcodes.PREEMPTED)
         return exitcodes.PREEMPTED
     except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            # A second Ctrl-C must not stop the manifest from recording the first.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if recorder is not None:
             _record_failure(recorder, err)
         raise
     if recorder is not None:
         recorder.summary(summary.to_json())
         recorder.finish("completed", 0)
+        print(_where_it_went(recorder.out), file=sys.stderr, flush=True)
     return exitcodes.OK
+
+
+def _where_it_went(out: Path) -> str:
+    """The line a completed run ends with: where its record and checkpoints are."""
+    from ddpimg.run_files import MANIFEST, METRICS
+    from ddpimg.train.checkpoint.files import CHECKPOINTS
+
+    checkpoints = out / CHECKPOINTS
+    kept = sorted(path.name for path in checkpoints.glob("step-*")) if out.is_dir() else []
+    saved = f"; checkpoints: {checkpoints} (newest {kept[-1]})" if kept else ""
+    return f"ddpimg: completed; metrics: {out / METRICS}, manifest: {out / MANIFEST}{saved}"
 
 
 @contextlib.contextmanager
@@ -127,10 +150,12 @@ def _record_failure(recorder: RunRecorder, err: BaseException) -> None:
 def _failure(err: BaseException) -> tuple[str, int, str]:
     """Status, exit status and message that manifest.json records for a failed run."""
     from ddpimg import exitcodes
+    from ddpimg.optional import missing_package
 
     code = exitcodes.for_error(err)
     if isinstance(err, KeyboardInterrupt):
         return "interrupted", code, "interrupted"
+    err = missing_package(err) or err
     if isinstance(err, DdpimgError):
         return "failed", code, str(err)
     if isinstance(err, SystemExit):

@@ -8,11 +8,13 @@ module imports neither the trainers nor the strategies, nor torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.trackers.settings import TRACKERS, TrackerOptions
 from ddpimg.train.preemption import DEFAULT_SIGNALS, parse_signals
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -63,6 +65,13 @@ class TrainConfig:
     resume: str = "auto"
     preempt_signals: tuple[str, ...] = DEFAULT_SIGNALS
     preempt_check_every: int = 10
+    log_to: tuple[str, ...] = ()
+    project: str | None = None
+    run_name: str | None = None
+    run_group: str | None = None
+    wandb_entity: str | None = None
+    profile_steps: tuple[int, int] | None = None
+    memory_snapshot: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -101,9 +110,18 @@ class TrainConfig:
             )
         return self.global_batch_size // world_size
 
+    def tracker_options(self) -> TrackerOptions:
+        """The flags that name the run in its trackers."""
+        return TrackerOptions(self.project, self.run_name, self.run_group, self.wandb_entity)
+
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-ready values (for manifest.json)."""
-        return asdict(self) | {"out": str(self.out), "preempt_signals": list(self.preempt_signals)}
+        return asdict(self) | {
+            "out": str(self.out),
+            "preempt_signals": list(self.preempt_signals),
+            "log_to": list(self.log_to),
+            "profile_steps": None if self.profile_steps is None else list(self.profile_steps),
+        }
 
 
 def check_zero_stage_strategy(stage: int, strategy: str) -> None:
@@ -165,9 +183,10 @@ def _validate(config: TrainConfig) -> None:
             hint="give 'synthetic', or the dataset's path (see train --help for each trainer)",
         )
     _validate_checkpoint_flags(config)
-    if config.lr is not None and not config.lr > 0:
+    _validate_observability_flags(config)
+    if config.lr is not None and not (math.isfinite(config.lr) and config.lr > 0):
         raise DdpimgError(
-            f"--lr must be positive, got {config.lr}",
+            f"--lr must be a positive number, got {config.lr}",
             hint="leave it out for the trainer's default (mnist's tutorial uses 1.0)",
         )
     if config.gamma is not None and not 0 < config.gamma <= 1:
@@ -187,3 +206,24 @@ def _validate_checkpoint_flags(config: TrainConfig) -> None:
         raise DdpimgError("--resume is empty", hint="give auto, none or a checkpoint directory")
     if config.preempt_signals:
         parse_signals(",".join(config.preempt_signals))
+
+
+def _validate_observability_flags(config: TrainConfig) -> None:
+    unknown = [name for name in config.log_to if name not in TRACKERS]
+    if unknown:
+        raise DdpimgError(
+            f"--log-to: unknown tracker {unknown[0]!r}", hint=f"any of {', '.join(TRACKERS)}"
+        )
+    if config.profile_steps is not None:
+        first, last = config.profile_steps
+        if not 1 <= first <= last:
+            raise DdpimgError(
+                f"--profile {first}-{last}: steps count from 1 and the range must not be empty",
+                hint="e.g. --profile 20-25 (steps 20 to 25, after the first steps' warm-up)",
+            )
+    if config.memory_snapshot and config.profile_steps is None:
+        raise DdpimgError(
+            "--memory-snapshot records the allocator over the --profile steps, and no "
+            "--profile was given",
+            hint="add --profile FIRST-LAST, e.g. --profile 20-25",
+        )

@@ -61,6 +61,7 @@ from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.preemption import Preempted
+from ddpimg.train.profiling import StepProfiler, profile_window
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
 from ddpimg.train.tasks import epoch_schedule
@@ -146,6 +147,7 @@ class Trainer:
         self.total_steps = config.epochs * self.shard.steps_per_epoch
         if config.max_steps:
             self.total_steps = min(self.total_steps, config.max_steps)
+        self.profiler = self._profiler()
 
         self.dropout = DropoutContext(config.seed)
         self.model = strategy.wrap(task.build_model(self.dropout), task.make_optimizer)
@@ -169,6 +171,28 @@ class Trainer:
         # A resumed run that trains no further step reports the checkpoint's last loss.
         self._logged: tuple[int, float] | None = (self.step, start.last_loss) if self.step else None
 
+    def _profiler(self) -> StepProfiler | None:
+        """``--profile``'s profiler over the steps this run trains; the loop's progress
+        then also marks its phases in the trace."""
+        config = self.config
+        if config.profile_steps is None:
+            return None
+        window = profile_window(config.profile_steps, self.total_steps)
+        if window is None:
+            if self.recorder is not None:
+                first, last = config.profile_steps
+                print(
+                    f"ddpimg: warning: --profile {first}-{last}: the run trains "
+                    f"{self.total_steps} steps; nothing is profiled",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return None
+        ctx = self.ctx
+        profiler = StepProfiler(window, config.out, ctx.rank, ctx.device, config.memory_snapshot)
+        self.progress = profiler.progress(self.progress)
+        return profiler
+
     @property
     def global_batch(self) -> int:
         return self.shard.global_batch
@@ -177,15 +201,18 @@ class Trainer:
         """Train to ``--epochs`` / ``--max-steps``; the summary of the whole run."""
         if self.recorder is not None:
             self.recorder.begin(self.total_steps)
-        while not (self.epoch_done and self.step >= self.total_steps):
-            if self.epoch_done:
-                self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
-            stop = min(self.shard.steps_per_epoch, self.index + self.total_steps - self.step)
-            self.train_epoch(stop)
-            if self.index < self.shard.steps_per_epoch:
-                self.stop_inside_epoch()
-                break
-            self.end_epoch()
+        with contextlib.ExitStack() as stack:
+            if self.profiler is not None:
+                stack.callback(self.profiler.close)
+            while not (self.epoch_done and self.step >= self.total_steps):
+                if self.epoch_done:
+                    self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
+                stop = min(self.shard.steps_per_epoch, self.index + self.total_steps - self.step)
+                self.train_epoch(stop)
+                if self.index < self.shard.steps_per_epoch:
+                    self.stop_inside_epoch()
+                    break
+                self.end_epoch()
         return self.summary()
 
     def train_epoch(self, stop: int) -> None:
@@ -250,8 +277,9 @@ class Trainer:
             if recorder is not None:
                 extra = self.task.throughput(rate, self.ctx.world_size)
                 recorder.train(
-                    self.epoch, self.step, self._logged[1], rate, self.clock.elapsed(), extra=extra
-                )
+                    self.epoch, self.step, self._logged[1], rate, self.clock.elapsed(),
+                    lr=float(self.scheduler.get_last_lr()[0]), extra=extra,
+                )  # fmt: skip
         if recorder is not None:
             recorder.step(self.step, self.epoch)
         if self.checkpoints.due(self.step):
@@ -282,8 +310,9 @@ class Trainer:
         self.eval_loss, self.eval_accuracy = self.evaluate()
         if self.recorder is not None:
             self.recorder.eval(
-                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set)
-            )
+                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set),
+                step=self.step,
+            )  # fmt: skip
 
     def evaluate(self) -> tuple[float, float]:
         """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;

@@ -10,10 +10,12 @@ a half-written manifest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +29,7 @@ from ddpimg.train.progress import Progress
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.trackers import Trackers
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
 
@@ -94,10 +97,17 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object a line, flushed line by line. ``keep_lines``
     (a resumed run) keeps that many lines of the existing file, the ones written up to
-    the checkpoint, and appends after them; otherwise the file starts empty."""
+    the checkpoint, and appends after them; otherwise the file starts empty. ``sink``
+    (the trackers) gets every record once it is in the file."""
 
-    def __init__(self, path: Path, keep_lines: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        keep_lines: int | None = None,
+        sink: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         self.path = path
+        self.sink = sink
         self.lines = 0
         if keep_lines:
             kept = _first_lines(path, keep_lines)
@@ -106,22 +116,41 @@ class MetricsWriter:
         self._stream = path.open("a" if keep_lines else "w", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._stream.write(json.dumps(record) + "\n")
-        self._stream.flush()
+        with self._writing():
+            self._stream.write(json.dumps(record) + "\n")
+            self._stream.flush()
         self.lines += 1
+        if self.sink is not None:
+            self.sink(record)
 
     def sync(self) -> int:
         """Make the lines written so far durable; returns how many there are."""
-        self._stream.flush()
-        os.fsync(self._stream.fileno())
+        with self._writing():
+            self._stream.flush()
+            os.fsync(self._stream.fileno())
         return self.lines
 
     def close(self) -> None:
-        self._stream.close()
+        """Close the file; a line that could not be written (a full disk) is dropped."""
+        with contextlib.suppress(OSError):
+            self._stream.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:
+            raise DdpimgError(
+                f"{self.path} could not be written ({err.strerror})",
+                hint="free space (or quota) on the file system of --out, or use another "
+                "--out; then run the same command again: --resume auto continues from the "
+                "last checkpoint",
+            ) from err
 
 
 class RunRecorder:
-    """Rank 0's outputs for one run: metrics, manifest and progress."""
+    """Rank 0's outputs for one run: metrics, manifest and progress; ``trackers`` (see
+    ``ddpimg.trackers.open_trackers``) get every metrics record and the run's end."""
 
     def __init__(
         self,
@@ -129,11 +158,14 @@ class RunRecorder:
         manifest: dict[str, Any],
         progress: Progress,
         keep_metrics_lines: int | None = None,
+        trackers: Trackers | None = None,
     ) -> None:
         self.out = out
         self.manifest = manifest
         self.progress = progress
-        self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines)
+        self.trackers = trackers
+        sink = None if trackers is None else trackers.record
+        self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines, sink)
         write_json_atomic(out / MANIFEST, manifest)
 
     @classmethod
@@ -165,10 +197,12 @@ class RunRecorder:
             "versions": collect_versions(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
+        resumed = resume is not None and resume.in_out
         keep = resume.record.metrics_lines if resume is not None and resume.in_out else None
         try:
             config.out.mkdir(parents=True, exist_ok=True)
-            return cls(config.out, manifest, Progress(stream), keep)
+            trackers = _open_trackers(config, manifest, env, resumed, stream)
+            return cls(config.out, manifest, Progress(stream), keep, trackers)
         except OSError as err:
             raise DdpimgError(
                 f"--out {config.out}: cannot write there ({err.strerror}: {err.filename})",
@@ -189,27 +223,33 @@ class RunRecorder:
         samples_per_s: float,
         elapsed_s: float,
         *,
+        lr: float | None = None,
         extra: Mapping[str, float | None] | None = None,
     ) -> None:
-        """A train line; ``extra`` adds the task's own rates (tokens/s, ...)."""
-        self.metrics.write(
-            {
-                "kind": "train",
-                "epoch": epoch,
-                "step": step,
-                "loss": loss,
-                "samples_per_s": samples_per_s,
-                "elapsed_s": elapsed_s,
-                **(extra or {}),
-            }
-        )
+        """A train line; ``lr``: the learning rate of the step; ``extra`` adds the task's own
+        rates (tokens/s, ...)."""
+        record: dict[str, Any] = {
+            "kind": "train",
+            "epoch": epoch,
+            "step": step,
+            "loss": loss,
+            "samples_per_s": samples_per_s,
+            "elapsed_s": elapsed_s,
+        }
+        if lr is not None:
+            record["lr"] = lr
+        self.metrics.write(record | dict(extra or {}))
         self.progress.train(step, epoch, loss, samples_per_s)
 
-    def eval(self, epoch: int, loss: float, accuracy: float, *, samples: int) -> None:
-        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples."""
-        self.metrics.write(
-            {"kind": "eval", "epoch": epoch, "loss": loss, "accuracy": accuracy, "samples": samples}
-        )
+    def eval(
+        self, epoch: int, loss: float, accuracy: float, *, samples: int, step: int | None = None
+    ) -> None:
+        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples, after
+        ``step`` optimizer steps."""
+        record: dict[str, Any] = {"kind": "eval", "epoch": epoch}
+        if step is not None:
+            record["step"] = step
+        self.metrics.write(record | {"loss": loss, "accuracy": accuracy, "samples": samples})
         self.progress.eval(epoch, loss, accuracy)
 
     def startup(self, report: Mapping[str, Any]) -> None:
@@ -231,4 +271,35 @@ class RunRecorder:
         self.manifest |= {"status": status, "exit_status": exit_status, "ended_utc": utc_now()}
         if error is not None:
             self.manifest["error"] = error
-        write_json_atomic(self.out / MANIFEST, self.manifest)
+        try:
+            write_json_atomic(self.out / MANIFEST, self.manifest)
+        except OSError as err:
+            # Best effort: the run's own error (a full disk, often) is the one to report.
+            print(
+                f"ddpimg: warning: {self.out / MANIFEST} could not be finalised "
+                f"({err.strerror}); it still says status running",
+                file=sys.stderr,
+                flush=True,
+            )
+        if self.trackers is not None:
+            self.trackers.finish(status, exit_status)
+
+
+def _open_trackers(
+    config: TrainConfig,
+    manifest: dict[str, Any],
+    env: Mapping[str, str],
+    resumed: bool,
+    stream: TextIO,
+) -> Trackers | None:
+    """Rank 0's trackers for ``--log-to`` (None without any); the manifest records their
+    settings."""
+    if not config.log_to:
+        return None
+    from ddpimg.trackers import check_trackers, open_trackers
+
+    options = config.tracker_options()
+    manifest["trackers"] = check_trackers(config.log_to, config.out, env, options).to_json()
+    return open_trackers(
+        config.log_to, config.out, manifest, env, resumed, options=options, stream=stream
+    )

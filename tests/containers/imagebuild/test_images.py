@@ -165,3 +165,34 @@ def test_freeze_diff() -> None:
     assert diff is not None
     assert "-b==1" in diff.splitlines()
     assert "+b==2" in diff.splitlines()
+
+
+def test_build_inputs_change_with_a_file_an_argument_or_a_base_not_the_wheel_server(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    args = {"FLAVOUR": "cpu", "WHEELS_URL": "http://127.0.0.1:38751/"}
+    first = images.build_inputs(tmp_path, args, ["sha256:base"])
+    other_port = args | {"WHEELS_URL": "http://127.0.0.1:40000/"}
+    assert images.build_inputs(tmp_path, other_port, ["sha256:base"]) == first
+    assert images.build_inputs(tmp_path, args | {"FLAVOUR": "gpu"}, ["sha256:base"]) != first
+    assert images.build_inputs(tmp_path, args, ["sha256:newer"]) != first
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")
+    assert images.build_inputs(tmp_path, args, ["sha256:base"]) != first
+
+
+def test_an_image_is_kept_only_while_the_tag_names_what_was_built_from_those_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "built.json"
+    ids = {"ddpimg:cpu": "sha256:one"}
+    monkeypatch.setattr(images, "image_id", ids.get)
+    assert images.built_from("ddpimg:cpu", "inputs", record) is None  # no record yet
+    images.record_build("ddpimg:cpu", "inputs", record)
+    assert images.built_from("ddpimg:cpu", "inputs", record) == "sha256:one"
+    assert images.built_from("ddpimg:cpu", "other inputs", record) is None
+    ids["ddpimg:cpu"] = "sha256:rebuilt elsewhere"
+    assert images.built_from("ddpimg:cpu", "inputs", record) is None
+    del ids["ddpimg:cpu"]
+    assert images.built_from("ddpimg:cpu", "inputs", record) is None

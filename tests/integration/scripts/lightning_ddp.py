@@ -3,11 +3,12 @@ devices=N, num_nodes=M). Each rank writes what Lightning resolved, how many step
 and a checksum of its weights (equal on every rank after DDP's gradient averaging).
 
 usage: lightning_ddp.py OUT_DIR DEVICES NUM_NODES [--max-steps N] [--step-sleep S]
-                        [--requeue-signal USR2]
+                        [--requeue-signal USR2] [--marker-step N]
 
-With --requeue-signal, Lightning's SLURM auto-requeue listens to that signal (its default
-is SIGUSR1): on it, Lightning saves an "hpc" checkpoint into OUT_DIR and requeues the job
-itself; the requeued run resumes from that checkpoint.
+With --requeue-signal, Lightning's SLURM auto-requeue is asked to listen to that signal (its
+default is SIGUSR1). Each rank's report also holds the training loss of every step
+(``losses``, by global step, this rank's own batch). ``--marker-step N``: rank 0 creates
+OUT_DIR/step-K once K steps are done, for every K >= N (tests signal after one).
 """
 
 import argparse
@@ -20,7 +21,8 @@ import time
 import lightning as L
 import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
@@ -29,6 +31,7 @@ parser.add_argument("num_nodes", type=int)
 parser.add_argument("--max-steps", type=int, default=4)
 parser.add_argument("--step-sleep", type=float, default=0.0)
 parser.add_argument("--requeue-signal")
+parser.add_argument("--marker-step", type=int, default=2)
 args = parser.parse_args()
 
 
@@ -37,12 +40,16 @@ class Regression(L.LightningModule):
         super().__init__()
         self.layer = torch.nn.Linear(8, 1)
 
+        self.losses: dict[int, float] = {}
+
     def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
-        if self.global_step == 2 and self.global_rank == 0:
-            open(os.path.join(args.out, "training"), "w").close()
+        if self.global_step >= args.marker_step and self.global_rank == 0:
+            open(os.path.join(args.out, f"step-{self.global_step}"), "w").close()
         time.sleep(args.step_sleep)
         x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.losses[self.global_step + 1] = float(loss)
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -53,7 +60,9 @@ if args.requeue_signal:
     signum = getattr(signal, f"SIG{args.requeue_signal}")
     plugins.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signum))
 generator = torch.Generator().manual_seed(0)
-data = TensorDataset(torch.randn(4096, 8, generator=generator), torch.randn(4096, 1))
+data = TensorDataset(
+    torch.randn(4096, 8, generator=generator), torch.randn(4096, 1, generator=generator)
+)
 L.seed_everything(0)
 model = Regression()
 trainer = L.Trainer(
@@ -68,8 +77,11 @@ trainer = L.Trainer(
     enable_checkpointing=False,
     enable_progress_bar=False,
     enable_model_summary=False,
+    log_every_n_steps=1,
 )
-trainer.fit(model, DataLoader(data, batch_size=16))
+# A resumable loader: a run resumed from a mid-epoch checkpoint continues the epoch's data
+# exactly (with a plain DataLoader Lightning starts the epoch's data over, and warns).
+trainer.fit(model, StatefulDataLoader(data, batch_size=16))
 report = {
     "global_rank": trainer.global_rank,
     "world_size": trainer.world_size,
@@ -81,6 +93,7 @@ report = {
     "host": socket.gethostname(),
     "master": os.environ.get("MASTER_ADDR", ""),
     "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+    "losses": model.losses,
 }
 with open(os.path.join(args.out, f"rank{trainer.global_rank}.json"), "w") as file:
     json.dump(report, file)

@@ -38,12 +38,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -65,7 +67,8 @@ workdir = "${PWD}"
 
 [annotations]
 com.hooks.aws_ofi_nccl.enabled = "true"
-com.hooks.aws_ofi_nccl.variant = "cuda-dl"
+com.hooks.aws_ofi_nccl.variant = "cuda13"
+com.hooks.netstack.source = "host"
 EDF
 
 # The training step, in the background so that the traps above can run. srun is
@@ -74,6 +77,7 @@ EDF
 # --cpu-bind: site alps's binding of each task's cores.
 # --environment starts each task in the EDF's container, with the task's
 # environment; the engine's hooks add the GPUs and the network stack.
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=72 \
     --cpu-bind=cores --environment="$edf" \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \

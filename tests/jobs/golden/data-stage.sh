@@ -36,12 +36,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -55,9 +57,10 @@ trap note_term TERM
 # --stage-data: copy the dataset to each node's own disk once, before training;
 # cp -p keeps the modification times the dataset's index checks, so the copy needs
 # no new index. The step reads the copy, bound into the container at the same path.
-export DDPIMG_DATA="${TMPDIR:-/tmp}/ddpimg-data-${SLURM_JOB_ID}"
-srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c 'mkdir -p "$1" && cp -rp "$0"/. "$1"/' /scratch/gpfs/me/imagenet-shards "${DDPIMG_DATA}" || {
-    echo "ddpimg: staging /scratch/gpfs/me/imagenet-shards to ${DDPIMG_DATA} failed" >&2
+export DDPIMG_DATA="/tmp/ddpimg-data-${SLURM_JOB_ID}"
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
+srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c 'mkdir -p -- "$1" && cp -rp -- "$0"/. "$1"/' /scratch/gpfs/me/imagenet-shards "${DDPIMG_DATA}" || {
+    printf 'ddpimg: staging %s to %s failed\n' /scratch/gpfs/me/imagenet-shards "${DDPIMG_DATA}" >&2
     exit 1
 }
 
@@ -67,6 +70,7 @@ srun --nodes=2 --ntasks-per-node=1 --ntasks=2 bash -c 'mkdir -p "$1" && cp -rp "
 # apptainer passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default, --bind adds the site's file systems.
 # --nv makes the host's GPU driver visible inside.
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=2 --cpus-per-task=8 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     apptainer exec --nv --bind /scratch/gpfs --bind "${DDPIMG_DATA}" ddp.sif \
@@ -84,7 +88,7 @@ while :; do
 done
 
 # Remove the staged copies: node-local space is not this job's alone.
-srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf "${DDPIMG_DATA}"
+srun --nodes=2 --ntasks-per-node=1 --ntasks=2 rm -rf -- "${DDPIMG_DATA}"
 
 # A rank lost: the ranks that gave up on it exit RANK_LOST; srun reports 137 instead
 # when the lost rank was killed (by its sentinel, the out-of-memory killer), and the

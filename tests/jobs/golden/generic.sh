@@ -10,7 +10,7 @@
 # GPUs requested the way site generic wants, and only that way.
 #SBATCH --gres=gpu:4
 # CPUs per rank, for its data-loading workers.
-#SBATCH --cpus-per-task=1
+#SBATCH --cpus-per-task=8
 #SBATCH --time=12:00:00
 # The job id (%j, arrays %A_%a) stays the same when the job is requeued; append mode
 # keeps the log of every restart in one file.
@@ -37,12 +37,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -59,7 +61,8 @@ trap note_term TERM
 # apptainer passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default.
 # --nv makes the host's GPU driver visible inside.
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=1 \
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     apptainer exec --nv ddp.sif \
     train mnist --epochs 5 --global-batch-size 256 --site generic --out "runs/${SLURM_JOB_ID}" --resume auto &

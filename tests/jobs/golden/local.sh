@@ -1,9 +1,9 @@
 #!/bin/bash
 # Rendered by `ddpimg sbatch` for site local (Single machine (laptop, CI, Docker):
-# loopback only, Gloo). 2 nodes x 2 ranks on CPUs = 4 ranks: srun starts one task per
-# rank. Render it again rather than editing it: ddpimg checks the layout it writes.
+# loopback only, Gloo). 1 node x 2 ranks on CPUs = 2 ranks: srun starts one task per rank.
+# Render it again rather than editing it: ddpimg checks the layout it writes.
 #SBATCH --job-name=ddpimg
-#SBATCH --nodes=2
+#SBATCH --nodes=1
 # One task per rank.
 #SBATCH --ntasks-per-node=2
 # No GPU request (--gpu-request none): the ranks run on CPUs.
@@ -35,12 +35,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -56,7 +58,8 @@ trap note_term TERM
 # The single quotes keep the per-task variables for each task's own shell.
 # docker passes no host variables: --env names the ones ddpimg reads. Host network
 # and IPC for the rendezvous and shared memory; your user, so that you own the run.
-srun --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 \
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
+srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     docker run --rm --network=host --ipc=host --user="$(id -u):$(id -g)" \
     --env SLURM_JOB_ID --env SLURM_JOB_NODELIST --env SLURM_JOB_NUM_NODES --env SLURM_LOCALID \

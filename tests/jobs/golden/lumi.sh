@@ -38,12 +38,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -54,6 +56,20 @@ note_term() {
 trap forward_usr2 USR2
 trap note_term TERM
 
+# Site lumi's modules for its container runtime (job.modules): they set the binds its
+# containers need.
+module use /appl/local/laifs/modules
+module load lumi-aif-singularity-bindings
+
+# --ddpimg-from: ddpimg runs on the image's own Python and libraries, so the step
+# starts without the host's (the image sets its own; train keeps them: --keep-env).
+without_host_stack() {
+    unset LD_LIBRARY_PATH LD_PRELOAD PYTHONPATH PYTHONHOME PYTHONUSERBASE PYTHONSTARTUP VIRTUAL_ENV VIRTUAL_ENV_PROMPT _CE_CONDA _CE_M
+    local name
+    for name in ${!CONDA_@}; do unset "$name"; done
+    exec "$@"
+}
+
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
@@ -61,11 +77,12 @@ trap note_term TERM
 # singularity passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default, --bind adds the site's file systems.
 # --rocm makes the host's GPU driver visible inside.
-srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 \
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
+without_host_stack srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 \
     --cpu-bind=mask_cpu:fe000000000000,fe00000000000000,fe0000,fe000000,fe,fe00,fe00000000,fe0000000000 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    singularity exec --rocm --bind /var/spool/slurmd,/scratch,/project,/flash,/opt/cray,/usr/lib64/libcxi.so.1 ddp-rocm.sif \
-    train mnist --epochs 5 --global-batch-size 256 --site lumi --out "runs/${SLURM_JOB_ID}" --resume auto &
+    singularity exec --rocm --bind /var/spool/slurmd,/pfs,/scratch,/project,/flash,/opt/cray,/usr/lib64/libcxi.so.1,/project/project_465000000/ddpimg /appl/local/laifs/containers/lumi-multitorch-u24r70f21m50t210-20260415_130625/lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif \
+    /project/project_465000000/ddpimg/bin/train mnist --epochs 5 --global-batch-size 256 --site lumi --out "runs/${SLURM_JOB_ID}" --resume auto --keep-env 'LD_LIBRARY_PATH,LD_PRELOAD,PYTHONPATH,PYTHONHOME,PYTHONUSERBASE,PYTHONSTARTUP,VIRTUAL_ENV,VIRTUAL_ENV_PROMPT,CONDA_*,_CE_CONDA,_CE_M' &
 step_pid=$!
 
 # A trapped signal ends `wait` early (status 128+signal) while the step still runs.

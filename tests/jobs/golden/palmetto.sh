@@ -38,12 +38,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -54,12 +56,17 @@ note_term() {
 trap forward_usr2 USR2
 trap note_term TERM
 
+# Site palmetto's profile (job.unset_env): the training step's srun must not inherit these
+# from the batch shell; its [sources] say why.
+unset SLURM_MEM_PER_CPU SLURM_MEM_PER_GPU
+
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
 # apptainer passes the host environment (SLURM_*) into the container; the working
 # directory and $HOME are bound by default, --bind adds the site's file systems.
 # --nv makes the host's GPU driver visible inside.
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=10 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
     apptainer exec --nv --bind /scratch ddp-cu128.sif \

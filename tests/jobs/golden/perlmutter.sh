@@ -38,12 +38,14 @@ echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, nodes ${SL
 step_pid=""
 interrupted=0
 cancelled=0
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 forward_usr2() {
     interrupted=1
     echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2
     # srun passes the signal on to every task of its step.
     if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi
 }
+# shellcheck disable=SC2317  # runs on a signal, by the trap below
 note_term() {
     interrupted=1
     cancelled=1
@@ -57,14 +59,17 @@ trap note_term TERM
 # The training step, in the background so that the traps above can run. srun is
 # given --cpus-per-task again: since Slurm 22.05 it does not take it from the job.
 # The single quotes keep the per-task variables for each task's own shell.
-# podman-hpc passes only the variables named: --env 'SLURM_*' gives ddpimg the step.
-# Rootless podman maps the container's uid 0 to you, so the run's files are yours; host
-# network and IPC for the rendezvous and shared memory.
+# podman-hpc shared-run starts one container per node and execs each task into it; the
+# image must be on the compute nodes first: `podman-hpc migrate IMAGE` (or pull) it
+# on the login node. --env 'SLURM_*' gives ddpimg the step; rootless podman maps the
+# container's uid 0 to you, so the run's files are yours; host network and IPC for the
+# rendezvous and shared memory.
 # --gpu: podman-hpc's module that binds the host's GPU driver and devices.
+# shellcheck disable=SC2016  # the quoted words are for the shell of each task
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 \
     bash -c 'echo "ddpimg: task ${SLURM_PROCID} (node ${SLURM_NODEID}, local ${SLURM_LOCALID}) on $(hostname -s)" >&2; exec "$@"' ddpimg-task \
-    podman-hpc run --rm --gpu --network=host --ipc=host --user=0:0 --env 'SLURM_*' \
-    --volume "${PWD}:${PWD}" --workdir "${PWD}" --volume /pscratch:/pscratch --volume /global/cfs:/global/cfs --volume /global/common/software/nersc9/nccl/2.24.3/plugin:/opt/nccl-ofi --volume /dev/cxi0:/dev/cxi0 --volume /dev/cxi1:/dev/cxi1 --volume /dev/cxi2:/dev/cxi2 --volume /dev/cxi3:/dev/cxi3 ddpimg:gpu \
+    podman-hpc shared-run --gpu --network=host --ipc=host --user=0:0 --env 'SLURM_*' \
+    --volume "${PWD}:${PWD}" --workdir "${PWD}" --volume /pscratch:/pscratch --volume /global/cfs:/global/cfs --volume /global/common/software/nersc9/nccl/2.24.3/plugin:/opt/nccl-ofi --volume /dev/cxi0:/dev/cxi0 --volume /dev/cxi1:/dev/cxi1 --volume /dev/cxi2:/dev/cxi2 --volume /dev/cxi3:/dev/cxi3 ddpimg:gpu-cu128 \
     train mnist --epochs 5 --global-batch-size 256 --site perlmutter --out "runs/${SLURM_JOB_ID}" --resume auto &
 step_pid=$!
 

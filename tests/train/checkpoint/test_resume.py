@@ -157,3 +157,48 @@ def test_none_removes_the_checkpoints_of_an_earlier_run(
         f"ddpimg: warning: --resume none: removing 2 checkpoint(s) of an earlier run in {root}\n"
     )
     assert list(root.iterdir()) == []
+
+
+def write_manifest(config: TrainConfig, status: str, **changed: object) -> Path:
+    config.out.mkdir(parents=True, exist_ok=True)
+    arguments = replace(config, **changed).to_json() if changed else config.to_json()
+    path = config.out / "manifest.json"
+    path.write_text(json.dumps({"status": status, "arguments": arguments}))
+    (config.out / "metrics.jsonl").write_text('{"kind": "train"}\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("status", "changed", "described"),
+    [
+        ("completed", {}, "a completed run"),
+        ("failed", {"lr": 0.5}, "a failed run of other options"),
+        ("running", {"trainer": "toy"}, "a running run of other options"),
+    ],
+)
+def test_an_earlier_run_without_checkpoints_is_not_replaced(
+    ctx: DistContext,
+    config: TrainConfig,
+    status: str,
+    changed: dict[str, object],
+    described: str,
+) -> None:
+    manifest = write_manifest(config, status, **changed)
+    before = manifest.read_text()
+    with pytest.raises(DdpimgError, match=rf"--out .* holds {described} \(") as caught:
+        resolve_resume(config, ctx, True, io.StringIO())
+    assert "--resume none" in str(caught.value.hint)
+    assert manifest.read_text() == before
+
+
+def test_the_same_options_that_ended_before_a_checkpoint_start_over(
+    ctx: DistContext, config: TrainConfig
+) -> None:
+    """A job requeued before its first checkpoint: same options (only free ones differ)."""
+    write_manifest(config, "failed", epochs=config.epochs + 3, log_every=7)
+    stream = io.StringIO()
+    assert resolve_resume(config, ctx, True, stream) is None
+    assert "ended (failed) before its first checkpoint; starting it over" in stream.getvalue()
+    # --resume none says so explicitly.
+    write_manifest(config, "completed")
+    assert resolve_resume(replace(config, resume="none"), ctx, True, io.StringIO()) is None

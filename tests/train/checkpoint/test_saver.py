@@ -195,3 +195,26 @@ def test_a_resumed_run_loads_only_the_batches_after_its_checkpoint(
     # 4 steps an epoch, 8 samples a step: the checkpoint is at step 2 of epoch 2, so the
     # resumed run's first plan starts at row 16 of epoch 2's order: a seek, no replay.
     assert plans == [(2, 2, 16), (3, 2, 0)]
+
+
+def open_files_on(target: str) -> int:
+    """How many of this process's file descriptors point at ``target``."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == target)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_failed_torch_save_lets_go_of_its_file_once_released() -> None:
+    """torch.save on a full disk raises with its file still open (a removed file keeps its
+    blocks, and the manifest written next would not fit): releasing the error closes it."""
+    import torch
+
+    from ddpimg.train.checkpoint.saver import _release_open_files, write_failure
+
+    before = open_files_on("/dev/full")
+    with pytest.raises(RuntimeError) as caught:
+        torch.save({"w": torch.zeros(100_000)}, "/dev/full")
+    assert write_failure(caught.value) == "torch.save could not write a file"
+    assert open_files_on("/dev/full") == before + 1
+    _release_open_files(caught.value)
+    assert open_files_on("/dev/full") == before

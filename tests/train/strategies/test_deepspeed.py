@@ -1,3 +1,12 @@
+"""DeepSpeed as a strategy: its configuration from the flags, the global batch checked early,
+and ZeRO-1 in one process following DDP's trajectory.
+
+That trajectory's tolerance (tests/noise.py; AMD EPYC, 2026-11-25): DDP with 1 thread
+instead of 2, or with torch's default kernels, parted from DDP by at most 2.6e-8 over the 4
+steps and 2 evaluations, under one float32 step (the floor, 1.2e-7); ZeRO-1 was bitwise
+DDP's. 10x the floor.
+"""
+
 from __future__ import annotations
 
 import io
@@ -17,6 +26,7 @@ from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy, deepspeed_config
 from ddpimg.train.tasks.mnist.task import MnistTask
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 
 @pytest.mark.parametrize(
@@ -65,7 +75,9 @@ def test_zero1_follows_the_ddp_trajectory(
     ddp = metrics(base, ctx)
     zero1 = metrics(replace(base, strategy="deepspeed", zero_stage=1), ctx)
     assert [(m["kind"], m["epoch"]) for m in zero1] == [(m["kind"], m["epoch"]) for m in ddp]
-    assert [m["loss"] for m in zero1] == pytest.approx([m["loss"] for m in ddp], rel=1e-5)
+    losses = [m["loss"] for m in ddp]
+    tolerance = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=len(losses))
+    assert_within([m["loss"] for m in zero1], losses, tolerance, "ZeRO-1 vs DDP")
 
 
 @pytest.mark.deepspeed

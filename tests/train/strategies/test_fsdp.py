@@ -1,5 +1,10 @@
 """FSDP2 in one process (1-rank gloo group): sharding units, the optimizer handed over,
-the same trajectory as DDP, and DCP checkpoints."""
+the same trajectory as DDP, and DCP checkpoints.
+
+The trajectory's tolerance (tests/noise.py; AMD EPYC, 2026-11-25): DDP with 1 thread
+instead of 2, or with torch's default kernels, parted from DDP by at most 4.2e-8 over the
+6 steps and 2 evaluations of each trainer here, under one float32 step (the floor, 1.2e-7);
+FSDP was bitwise DDP's. 10x the floor."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from ddpimg.train.tasks import TRAINERS
 from ddpimg.train.tasks.gpt import SIZES
 from ddpimg.train.tasks.gpt.model import Block, Gpt
 from ddpimg.train.tasks.mnist.task import MnistNet
+from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 
 def test_units_are_the_blocks() -> None:
@@ -114,7 +120,9 @@ def test_fsdp_follows_the_ddp_trajectory(
     ddp = metrics(replace(base, out=base.out / "ddp"), ctx)
     fsdp = metrics(replace(base, strategy="fsdp", out=base.out / "fsdp"), ctx)
     assert [(m["kind"], m["epoch"]) for m in fsdp] == [(m["kind"], m["epoch"]) for m in ddp]
-    assert [m["loss"] for m in fsdp] == pytest.approx([m["loss"] for m in ddp], rel=1e-5)
+    losses = [m["loss"] for m in ddp]
+    tolerance = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=len(losses))
+    assert_within([m["loss"] for m in fsdp], losses, tolerance, f"{trainer}: FSDP vs DDP")
 
 
 def test_checkpoint_round_trip(ctx: DistContext, tmp_path: Path) -> None:

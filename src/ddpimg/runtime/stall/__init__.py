@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ddpimg.errors import RankLostError
     from ddpimg.runtime.context import DistContext
 
-__all__ = ["StallLimits", "StallWatch", "open_watch", "watch_enabled"]
+__all__ = ["StallLimits", "StallWatch", "open_watch", "watch_enabled", "watch_store"]
 
 SWITCH = "DDPIMG_STALL_WATCH"
 
@@ -61,29 +61,66 @@ def open_watch(
     on_fatal: Callable[[RankLostError], None] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> StallWatch | None:
-    """This rank's watch (not started), with a client of its own to the rendezvous store;
-    None when ``watch_enabled`` says no or the context has no store address."""
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public re-export
-
-    from ddpimg.runtime.flight_recorder import dump_directory
+    """This rank's watch (not started), with a client of its own to the rendezvous store
+    and the job's key for its records (``store_auth.shared_key``: collective unless
+    ``DDPIMG_STORE_KEY`` is set); None when ``watch_enabled`` says no or the context has no
+    store address."""
+    from ddpimg.runtime.store_auth import shared_key
 
     master, port = ctx.run_info.get("master_addr"), ctx.run_info.get("master_port")
     if not watch_enabled(env, ctx.world_size) or not master or not port:
         return None
-    limits = StallLimits.for_timeout(ctx.timeout_s, ctx.backend)
-    store = TCPStore(
+    return watch_store(
         str(master),
         int(port),
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout_s=ctx.timeout_s,
+        backend=ctx.backend,
+        host=host,
+        key=shared_key(ctx.device, env),
+        on_fatal=on_fatal,
+        env=env,
+    )
+
+
+def watch_store(
+    master: str,
+    port: int,
+    *,
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+    backend: str,
+    host: str,
+    key: bytes,
+    on_fatal: Callable[[RankLostError], None] | None = None,
+    env: Mapping[str, str] = os.environ,
+    script: bool = False,
+) -> StallWatch:
+    """The watch (not started) of ``rank`` over the rendezvous store at ``master:port``,
+    through a client of its own, its records sealed with the job's ``key``. ``script``:
+    see ``StallWatch``."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public re-export
+
+    from ddpimg.runtime.flight_recorder import dump_directory
+    from ddpimg.runtime.store_auth import RecordSeal
+
+    limits = StallLimits.for_timeout(timeout_s, backend, script=script)
+    store = TCPStore(
+        master,
+        port,
         is_master=False,
         timeout=timedelta(seconds=limits.store_s),
         wait_for_workers=False,
     )
-    board = Board(store, ctx.world_size, f"{master}:{port}", limits.store_s)
+    board = Board(store, world_size, f"{master}:{port}", limits.store_s, RecordSeal(key))
     return StallWatch(
         board,
-        rank=ctx.rank,
+        rank=rank,
         host=host,
         limits=limits,
-        flight_recorder=dump_directory(env, ctx.backend),
+        flight_recorder=dump_directory(env, backend),
         on_fatal=on_fatal,
+        script=script,
     )

@@ -5,7 +5,9 @@ Phases, in the order a step goes through them: ``data`` (waiting for this rank's
 the batch), ``forward``, ``backward`` (DDP and FSDP all-reduce or reduce-scatter the
 gradients inside it), ``optimizer`` (ZeRO and FSDP communicate here too), ``collective``
 (the loss all-reduce of a log step, the preemption agreement, the evaluation's sums),
-``checkpoint``, ``eval`` (evaluation batches). ``setup`` precedes the first step.
+``checkpoint``, ``eval`` (evaluation batches). ``setup`` precedes the first step. A user's
+script (``ddpimg.script``) is seen only at its optimizer steps: ``train`` is all it does
+between two of them (its data, forward and backward), ``optimizer`` the step itself.
 
 ``seq`` counts the phases a rank has entered since the loop started. Every rank runs the
 same control flow (the same steps log, checkpoint and evaluate), so equal ``seq`` means the
@@ -26,6 +28,7 @@ OPTIMIZER: Final = "optimizer"
 COLLECTIVE: Final = "collective"
 CHECKPOINT: Final = "checkpoint"
 EVAL: Final = "eval"
+TRAIN: Final = "train"
 
 # How a rank's loop ended; "running" while it goes on.
 State = Literal["running", "failed", "gave_up", "done"]

@@ -189,9 +189,13 @@ def describe_lost(verdict: Verdict, now: float) -> str:
     return "; ".join(parts)
 
 
-def _hint(verdict: Verdict) -> str:
-    resume = "then run again with --resume auto"
-    fewer = "on the remaining nodes if it is gone: keep --global-batch-size"
+def _hint(verdict: Verdict, script: bool = False) -> str:
+    if script:
+        resume = "then run the same command again (a Trainer resumes from its newest checkpoint)"
+        fewer = "on the remaining nodes if it is gone"
+    else:
+        resume = "then run again with --resume auto"
+        fewer = "on the remaining nodes if it is gone: keep --global-batch-size"
     if verdict.store:
         host = verdict.store.rpartition(":")[0]
         return (
@@ -228,16 +232,21 @@ def describe(
     now: float,
     checkpoint: tuple[str, int] | None,
     flight_recorder: str | None = None,
+    script: bool = False,
 ) -> tuple[str, str]:
     """The message of the surviving rank ``observer`` and its hint. ``cause``: what ended
     its wait (the backend's error, or no progress); ``checkpoint``: the last one this run
-    wrote or resumed from; ``flight_recorder``: NCCL's dump directory."""
+    wrote or resumed from; ``flight_recorder``: NCCL's dump directory; ``script``: a user's
+    script, which may have written checkpoints nobody told the watch of, and continues by
+    the same command."""
     lost = describe_lost(verdict, now)
     waiting = [rank for rank in verdict.waiting if rank != observer]
     if verdict.lost and waiting:
         lost += f"; also waiting: {_ranks(waiting)}"
     parts = [lost]
-    if checkpoint is None:
+    if checkpoint is None and script:
+        parts.append("no checkpoint known to ddpimg (the script's own are not tracked)")
+    elif checkpoint is None:
         parts.append("no checkpoint written yet (a rerun starts over)")
     else:
         parts.append(f"last valid checkpoint: {checkpoint[0]} (step {checkpoint[1]})")
@@ -247,4 +256,4 @@ def describe(
             f"`torchfrtrace {flight_recorder}`)"
         )
     message = f"rank {observer} ({host}) gave up at step {step} ({cause}): " + "; ".join(parts)
-    return message, _hint(verdict)
+    return message, _hint(verdict, script)

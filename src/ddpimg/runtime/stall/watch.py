@@ -32,6 +32,8 @@ from ddpimg.runtime.stall.verdict import Verdict, describe, judge
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
 
+    from ddpimg.runtime.store_auth import RecordSeal
+
 T = TypeVar("T")
 
 STARTED_KEY: Final = "ddpimg/stall/started"
@@ -54,7 +56,8 @@ class StallLimits:
     at T = 10, 15 s at T = 20, 20 s from T = 40 on. ``backstop_s``: how long the loop may
     stay in one phase before the watch gives up for it: with Gloo T + grace (Gloo's own
     timeout raises in the loop first), with NCCL T (NCCL's watchdog, at T +
-    ``NCCL_EXTRA_S``, would end the process silently).
+    ``NCCL_EXTRA_S``, would end the process silently), and T for a user's script (``script``),
+    whose process group has a timeout of its own choosing (transformers: 30 minutes).
     """
 
     timeout_s: float
@@ -65,12 +68,12 @@ class StallLimits:
     backstop_s: float
 
     @classmethod
-    def for_timeout(cls, timeout_s: float, backend: str) -> StallLimits:
+    def for_timeout(cls, timeout_s: float, backend: str, *, script: bool = False) -> StallLimits:
         period = min(max(timeout_s / 20, 0.5), 2.0)
         stale_after = max(3 * period, 2.0)
         store_s = min(max(timeout_s / 4, 2.5), 5.0)
         grace = 2 * store_s + stale_after + 2 * period
-        backstop = timeout_s if backend == "nccl" else timeout_s + grace
+        backstop = timeout_s if backend == "nccl" or script else timeout_s + grace
         return cls(timeout_s, period, stale_after, store_s, grace, backstop)
 
     @property
@@ -109,10 +112,15 @@ def bounded(call: Callable[[], T], timeout_s: float) -> T:
 class Board:
     """The ranks' records in the rendezvous store (one TCPStore client, one lock: the
     client is shared by the publisher thread and the judgement). Once an operation went
-    unanswered, the next ones give up at once: the store is not coming back."""
+    unanswered, the next ones give up at once: the store is not coming back. Every record
+    and verdict is sealed with the job's key (``ddpimg.runtime.store_auth``); one that does
+    not open is read as absent."""
 
-    def __init__(self, store: Store, world_size: int, address: str, op_timeout_s: float) -> None:
+    def __init__(
+        self, store: Store, world_size: int, address: str, op_timeout_s: float, seal: RecordSeal
+    ) -> None:
         self.store = store
+        self.seal = seal
         self.world_size = world_size
         self.address = address
         self.op_timeout_s = op_timeout_s
@@ -138,10 +146,16 @@ class Board:
         published meanwhile (publish_bounded) is never overwritten by an older one."""
         with self._lock:
             if current():
-                self.store.set(record_key(record.rank), record.to_text())
+                self._set(record_key(record.rank), record.to_text())
 
     def publish_bounded(self, record: ProgressRecord) -> None:
-        self._call(lambda: self.store.set(record_key(record.rank), record.to_text()))
+        self._call(lambda: self._set(record_key(record.rank), record.to_text()))
+
+    def _set(self, key: str, text: str) -> None:
+        self.store.set(key, self.seal.seal(key, text))
+
+    def _open(self, key: str, value: bytes | None) -> str | None:
+        return None if value is None else self.seal.open(key, value)
 
     def register(self) -> None:
         self._call(lambda: self.store.add(STARTED_KEY, 1))
@@ -155,9 +169,10 @@ class Board:
                 values: list[bytes | None] = list(self.store.multi_get(keys))
             else:  # multi_get would wait for the missing keys
                 values = [self.store.get(key) if self.store.check([key]) else None for key in keys]
+            texts = [self._open(key, value) for key, value in zip(keys, values, strict=True)]
             return {
-                rank: None if value is None else ProgressRecord.from_bytes(value)
-                for rank, value in enumerate(values)
+                rank: None if text is None else ProgressRecord.from_bytes(text.encode())
+                for rank, text in enumerate(texts)
             }
 
         return self._call(read)
@@ -169,14 +184,15 @@ class Board:
     def post(self, verdict: Verdict) -> None:
         import json
 
-        self._call(lambda: self.store.set(VERDICT_KEY, json.dumps(verdict.to_json())))
+        self._call(lambda: self._set(VERDICT_KEY, json.dumps(verdict.to_json())))
 
     def wait_verdict(self, timeout_s: float) -> Verdict | None:
         import json
 
         def wait() -> Verdict | None:
             self.store.wait([VERDICT_KEY], timedelta(seconds=timeout_s))
-            return Verdict.from_json(json.loads(self.store.get(VERDICT_KEY)))
+            text = self._open(VERDICT_KEY, self.store.get(VERDICT_KEY))
+            return None if text is None else Verdict.from_json(json.loads(text))
 
         try:
             return bounded(wait, timeout_s + self.op_timeout_s)
@@ -204,7 +220,7 @@ class RankProgress:
         """The newest checkpoint that exists. Rank 0 publishes a checkpoint (renames it to
         its final name) after the others have returned from the save, so the newest may
         be missing when rank 0 stopped in between: then it is the one before."""
-        return next((item for item in self._checkpoints if os.path.isdir(item[0])), None)
+        return next((item for item in self._checkpoints if os.path.exists(item[0])), None)
 
     def enter(self, phase: str, step: int) -> None:
         self.position = (self.position[0] + 1, step, phase, time.monotonic())
@@ -277,7 +293,14 @@ def short_cause(err: BaseException) -> str:
 
 class StallWatch:
     """See the package docstring. ``on_fatal`` (rank 0: record the failure in
-    manifest.json) runs when the backstop gives up, just before the process ends."""
+    manifest.json) runs when the backstop gives up, just before the process ends.
+
+    ``script``: the loop is a user's script, seen only at its optimizer steps and through
+    framework callbacks. A phase that every rank shares for longer than the timeout (an
+    evaluation without progress calls, a long save) is not a stall there, so the backstop
+    gives up only when the ranks' records show a lost rank (failed, silent, never reported,
+    or behind the others) or the store stopped answering; otherwise it looks again a stale
+    period later. The checkpoints the script writes itself are not known to the watch."""
 
     def __init__(
         self,
@@ -289,8 +312,11 @@ class StallWatch:
         flight_recorder: str | None = None,
         on_fatal: Callable[[RankLostError], None] | None = None,
         sentinel: bool = True,
+        script: bool = False,
     ) -> None:
         self.board, self.rank, self.host, self.limits = board, rank, host, limits
+        self.script = script
+        self._next_look = 0.0  # script: when the backstop may read the records again
         self.flight_recorder = flight_recorder
         self.on_fatal = on_fatal
         self.progress = RankProgress()
@@ -376,15 +402,25 @@ class StallWatch:
             # Setup (data sets, model, resume) may take long on every rank at once; its
             # collectives time out by themselves.
             watched = self._state == "running" and phase != SETUP
-            if watched and stuck > self.limits.backstop_s and self._take():
-                cause = (
-                    f"no progress for {stuck:.0f} s in phase {phase} (--timeout "
-                    f"{self.limits.timeout_s:g})"
-                )
-                # Judging takes seconds; the heartbeat goes on meanwhile.
-                threading.Thread(
-                    target=self._give_up, args=(cause,), name="ddpimg-stall-backstop", daemon=True
-                ).start()
+            if not watched or stuck <= self.limits.backstop_s:
+                continue
+            cause = (
+                f"no progress for {stuck:.0f} s in phase {phase} (--timeout "
+                f"{self.limits.timeout_s:g})"
+            )
+            # Judging takes seconds; the heartbeat goes on meanwhile.
+            if not self.script:
+                if self._take():
+                    self._backstop(self._give_up, cause)
+            elif now >= self._next_look:
+                self._next_look = now + self.limits.stale_after_s + self.limits.store_s
+                self._backstop(self._give_up_if_lost, cause)
+
+    @staticmethod
+    def _backstop(target: Callable[[str], None], cause: str) -> None:
+        threading.Thread(
+            target=target, args=(cause,), name="ddpimg-stall-backstop", daemon=True
+        ).start()
 
     def _publish_loop(self) -> None:
         while True:
@@ -440,6 +476,22 @@ class StallWatch:
         )
         return any(lost.how in ("failed", "silent") for lost in verdict.lost)
 
+    def _give_up_if_lost(self, cause: str) -> None:
+        """The script backstop: give up if a rank is lost or the store went silent; a phase
+        every rank shares is left alone (looked at again later)."""
+        try:
+            records = self.board.read_all()
+        except (StoreUnanswered, RuntimeError):
+            lost = True
+        else:
+            records[self.rank] = self.record()
+            verdict = judge(
+                records, self.board.world_size, time.time(), self.limits.stale_after_s, self.rank
+            )
+            lost = bool(verdict.lost)
+        if lost and self._take():
+            self._give_up(cause)
+
     def _give_up(self, cause: str) -> None:
         """The backstop: report, record, dump NCCL's flight recorder, end the process."""
         from ddpimg.runtime.flight_recorder import dump_now
@@ -467,6 +519,7 @@ class StallWatch:
             now=time.time(),
             checkpoint=checkpoint,
             flight_recorder=self.flight_recorder,
+            script=self.script,
         )
         details = verdict.to_json() | {
             "hosts": verdict.hosts,

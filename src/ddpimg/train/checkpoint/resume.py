@@ -3,7 +3,10 @@ and broadcast, so that every rank loads the same one.
 
 - ``auto`` (the default, what a requeued batch job needs): the newest checkpoint of
   ``--out`` that verifies; each invalid newer one is skipped with a warning naming it. No
-  checkpoint at all (a fresh ``--out``) starts a new run without a word.
+  checkpoint at all (a fresh ``--out``) starts a new run without a word. An ``--out`` that
+  holds an earlier run's ``manifest.json`` but no checkpoint is never replaced silently
+  (``check_earlier_run``): the same options that did not complete start over with a
+  warning (a job requeued before its first checkpoint), anything else is an error.
 - ``PATH``: that checkpoint directory; one that does not verify is an error.
 - ``none``: a new run; the checkpoints already in ``--out`` are removed (with a warning),
   so that they cannot be mistaken for this run's later.
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ddpimg.errors import DdpimgError
+from ddpimg.run_files import MANIFEST
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.state import (
+    FREE_TO_CHANGE,
     LOOP_JSON,
     CheckpointRecord,
     check_fingerprint,
@@ -90,6 +95,7 @@ def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: Text
                 break
             print(f"ddpimg: warning: skipping checkpoint {path}: {reason}", file=stream, flush=True)
         if chosen is None:
+            check_earlier_run(config, stream)
             return None
     else:
         chosen = Path(config.resume)
@@ -105,6 +111,49 @@ def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: Text
         flush=True,
     )
     return chosen
+
+
+def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
+    """``--out`` has no checkpoint to continue from: if it holds an earlier run's
+    manifest.json, this run would replace it and its metrics.jsonl. That is what a job
+    requeued before its first checkpoint needs (the same options, not completed: a warning
+    on ``stream``); any other earlier run is kept, with a DdpimgError."""
+    manifest = config.out / MANIFEST
+    try:
+        earlier: Any = json.loads(manifest.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no earlier run (an --out that cannot be written is told apart later)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        earlier = None
+    status = earlier.get("status") if isinstance(earlier, dict) else None
+    arguments = earlier.get("arguments") if isinstance(earlier, dict) else None
+    if (
+        isinstance(arguments, dict)
+        and status != "completed"
+        and _trajectory(arguments) == _trajectory(config.to_json())
+    ):
+        print(
+            f"ddpimg: warning: {manifest}: an earlier run of these options ended ({status}) "
+            "before its first checkpoint; starting it over",
+            file=stream,
+            flush=True,
+        )
+        return
+    if status == "completed":
+        described = "a completed run"
+    elif isinstance(status, str):
+        described = f"a {status} run of other options"
+    else:
+        described = "a run whose manifest.json cannot be read"
+    raise DdpimgError(
+        f"--out {config.out} holds {described} ({manifest}) and no checkpoint to continue "
+        "from: this run would replace its manifest.json and metrics.jsonl",
+        hint="use another --out, or --resume none to start over in this one",
+    )
+
+
+def _trajectory(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in arguments.items() if key not in FREE_TO_CHANGE}
 
 
 def resolve_resume(

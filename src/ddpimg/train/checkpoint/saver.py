@@ -10,13 +10,17 @@ to ``--keep-checkpoints``. Nothing is visible under the final name before it is 
 from __future__ import annotations
 
 import json
+import shutil
+import traceback
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
+from ddpimg.errors import DdpimgError
 from ddpimg.fsio import fsync_tree
 from ddpimg.train.checkpoint.files import (
     CHECKPOINTS,
@@ -27,6 +31,7 @@ from ddpimg.train.checkpoint.files import (
     staging_name,
     write_marker,
 )
+from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.checkpoint.state import (
     LOOP_JSON,
     LOOP_PT,
@@ -35,7 +40,6 @@ from ddpimg.train.checkpoint.state import (
     LoopState,
     capture_rng,
     fingerprint,
-    load_tensors,
     restore_rng,
     rng_file,
 )
@@ -47,6 +51,47 @@ if TYPE_CHECKING:
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.strategies.base import Strategy
+
+
+# What torch.save's zip writer says when a write fails (a RuntimeError without the errno;
+# measured on a full tmpfs: the first two, then the third from its cleanup).
+_TORCH_WRITE_FAILED = (
+    "PytorchStreamWriter failed writing",
+    "basic_ios::clear: iostream error",
+    "unexpected pos",
+)
+
+
+def write_failure(err: BaseException) -> str | None:
+    """What failed, when ``err`` is a file write failing (a full disk, a quota): an OSError,
+    torch.save's RuntimeError, or either inside a torch.distributed.checkpoint
+    CheckpointException; None for anything else (a collective failing is not one)."""
+    if isinstance(err, OSError):
+        return f"{err.strerror}: {err.filename}" if err.filename else str(err)
+    if isinstance(err, RuntimeError) and any(mark in str(err) for mark in _TORCH_WRITE_FAILED):
+        return "torch.save could not write a file"
+    if isinstance(err, CheckpointException):
+        found = (write_failure(inner) for inner, _ in err.failures.values())
+        return next((cause for cause in found if cause is not None), None)
+    return None
+
+
+def _release_open_files(err: BaseException) -> None:
+    """Let go of the files a failed write left open. torch.save's zip writer closes its file
+    only when the writer is freed, and the frames of ``err``'s traceback (and of the
+    exceptions chained to it) hold it: a removed file keeps its blocks until then, and the
+    manifest written next would find the disk still full."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [err]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
+        if isinstance(current, CheckpointException):
+            pending += [inner for inner, _ in current.failures.values()]
 
 
 class Checkpointer:
@@ -103,6 +148,29 @@ class Checkpointer:
             return self._last[1]
         staging = self.root / staging_name(state.step)
         final = self.root / checkpoint_name(state.step)
+        try:
+            self._write(state, reason, staging, final)
+        except (OSError, RuntimeError, CheckpointException) as err:
+            cause = write_failure(err)
+            if cause is None:
+                raise
+            # A full disk (or quota): what was staged goes, so that the space it took is
+            # back and nothing half-written remains; the checkpoints before stay intact.
+            _release_open_files(err)
+            shutil.rmtree(staging, ignore_errors=True)
+            free = shutil.disk_usage(self.root).free
+            raise DdpimgError(
+                f"checkpoint {final} could not be written ({cause}); its temporary folder "
+                f"was removed, which left {free:,} bytes free on its file system; the "
+                "earlier checkpoints are intact",
+                hint="free space (or quota) on the file system of --out, or use another "
+                "--out; then run the same command again: --resume auto continues from the "
+                "last checkpoint",
+            ) from err
+        self._last = (key, final)
+        return final
+
+    def _write(self, state: LoopState, reason: str, staging: Path, final: Path) -> None:
         if self.ctx.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             remove_leftovers(self.root)
@@ -138,5 +206,3 @@ class Checkpointer:
             write_marker(staging, state.step)
             publish(staging, final)
             prune(self.root, self.config.keep_checkpoints, state.step)
-        self._last = (key, final)
-        return final

@@ -19,8 +19,6 @@ from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
 
 if TYPE_CHECKING:
-    import torch
-
     from ddpimg.train.config import TrainConfig
 
 LOOP_JSON = "loop.json"
@@ -221,9 +219,3 @@ def restore_rng(state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         for index, device_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(device_state, index)
-
-
-def load_tensors(path: Path, device: torch.device | str = "cpu") -> Any:
-    import torch
-
-    return torch.load(path, map_location=device, weights_only=True)

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class DdpStrategy:
         path = directory / STATE_FILE
         # The unwrapped module's parameters sit on the devices the task put them on (two
         # for the toy trainer): loading copies into them, wherever they are.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_tensors(path)
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])

@@ -122,6 +122,9 @@ class DeepSpeedStrategy:
         engine, _, _, _ = deepspeed.initialize(
             args=args, model=model, optimizer=self._optimizer, config=config
         )
+        from ddpimg.train.strategies.deepspeed_files import use_safe_loading
+
+        use_safe_loading(engine)
         self._engine = engine
         module: nn.Module = engine
         return module

@@ -15,7 +15,8 @@ FSDP2 replaces every parameter by a sharded DTensor parameter of the same name, 
 optimizer is built after sharding, on those parameters.
 
 Checkpoints use torch.distributed.checkpoint (DCP): every rank writes its shards, and a
-checkpoint loads into any world size (DCP reshards on load).
+checkpoint loads into any world size (DCP reshards on load), read without unpickling code
+(``ddpimg.train.checkpoint.dcp``).
 
 FSDP2 runs on the CPU with Gloo (torch 2.14: all-gather and reduce-scatter of CPU tensors);
 the integration tests run it there.
@@ -109,7 +110,8 @@ class FsdpStrategy:
     def load(self, directory: Path) -> None:
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-        from torch.distributed.checkpoint.state_dict_loader import load
+
+        from ddpimg.train.checkpoint import dcp
 
         # The current state gives DCP the keys, shapes and shardings to read into; it loads
         # in place, into these same dictionaries.
@@ -118,7 +120,7 @@ class FsdpStrategy:
         if self.scaler.enabled:
             state[SCALER_KEY] = self.scaler.state_dict()
         try:
-            load(state, checkpoint_id=str(directory))
+            dcp.load(state, directory)
         except (CheckpointException, RuntimeError, KeyError, ValueError) as err:
             raise DdpimgError(
                 f"checkpoint {directory} does not fit this model and optimizer "

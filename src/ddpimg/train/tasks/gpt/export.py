@@ -7,7 +7,10 @@ group, and assembled into the full model:
 * DeepSpeed: ZeRO 1-3 through DeepSpeed's own ``zero_to_fp32`` (the fp32 master weights,
   gathered from every rank's partition); ZeRO 0 keeps whole weights in the module state
   ``mp_rank_00_model_states.pt``.
-* FSDP: torch.distributed.checkpoint, converted by ``dcp_to_torch_save``.
+* FSDP: torch.distributed.checkpoint, the model's tensors read whole (``dcp.read_model_state``).
+
+Every file is read without unpickling code (``ddpimg.train.checkpoint.safeload``): a
+refused one stops the export with exit status 2, before DeepSpeed's converter sees it.
 
 The model's shape and the data's vocabulary come from the run's ``manifest.json`` (its
 ``data`` entry), which is why the run directory is named, not only the checkpoint.
@@ -16,7 +19,6 @@ The model's shape and the data's vocabulary come from the run's ``manifest.json`
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import torch
 from ddpimg.errors import DdpimgError
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.resume import read_record
+from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.tasks.gpt.config import GptConfig
 from ddpimg.train.tasks.gpt.hf import TIED, write_hf_dir
 
@@ -65,18 +68,12 @@ def run_facts(run: Path) -> dict[str, Any]:
 def model_state(directory: Path, strategy: str) -> dict[str, torch.Tensor]:
     """The full model state dict of a strategy's checkpoint part (``<checkpoint>/<name>``)."""
     if strategy == "ddp":
-        state: dict[str, torch.Tensor] = torch.load(
-            directory / "model.pt", map_location="cpu", weights_only=True
-        )["model"]
+        state: dict[str, torch.Tensor] = load_tensors(directory / "model.pt")["model"]
         return state
     if strategy == "fsdp":
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        from ddpimg.train.checkpoint.dcp import read_model_state
 
-        with tempfile.TemporaryDirectory(prefix="ddpimg-export-") as scratch:
-            whole = Path(scratch) / "whole.pt"
-            dcp_to_torch_save(str(directory), str(whole))
-            full = torch.load(whole, map_location="cpu", weights_only=False)
-        return dict(full["model"])
+        return read_model_state(directory, "model.")
     if strategy == "deepspeed":
         return _deepspeed_state(directory)
     raise DdpimgError(
@@ -87,8 +84,11 @@ def model_state(directory: Path, strategy: str) -> dict[str, torch.Tensor]:
 
 def _deepspeed_state(directory: Path) -> dict[str, torch.Tensor]:
     from ddpimg.train.strategies.deepspeed import CHECKPOINT_TAG
+    from ddpimg.train.strategies.deepspeed_files import check_files, checkpoint_globals
 
     engine = directory / CHECKPOINT_TAG
+    # DeepSpeed's converter unpickles with weights_only=False: every file is checked first.
+    check_files(directory)
     if any(engine.glob("*zero_pp_rank_*_optim_states.pt")):
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
@@ -96,9 +96,7 @@ def _deepspeed_state(directory: Path) -> dict[str, torch.Tensor]:
             str(directory), tag=CHECKPOINT_TAG
         )
         return state
-    states = torch.load(
-        engine / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False
-    )
+    states = load_tensors(engine / "mp_rank_00_model_states.pt", "cpu", checkpoint_globals())
     module: dict[str, torch.Tensor] = states["module"]
     return module
 

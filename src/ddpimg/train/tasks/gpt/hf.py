@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.tasks.gpt.config import GptConfig
 from ddpimg.train.tasks.gpt.model import Gpt
 
@@ -122,7 +123,7 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
 
         raw, path = load_file(str(safetensors_path)), safetensors_path
     elif pytorch_path.is_file():
-        raw, path = torch.load(pytorch_path, map_location="cpu", weights_only=True), pytorch_path
+        raw, path = load_tensors(pytorch_path), pytorch_path
     else:
         raise _error(
             f"{directory}: neither {SAFETENSORS_FILE} nor {PYTORCH_FILE} is there (a sharded "

@@ -1,0 +1,445 @@
+"""``python -m ddpimg.script.boot FILE [ARGS]``: what ``train --script`` execs into. It sets up
+the script's runtime in this process, runs FILE as ``__main__`` (as ``python FILE`` would:
+its directory first on the import path, ``sys.argv`` its own) and turns the way it ended into
+the exit status and the manifest. ``ddpimg.script`` says what the script gets.
+
+The order matters. The preemption signals are caught first (a signal during a slow start
+must not kill a job that would be requeued). With more than one rank, rank 0 then hosts the
+rendezvous store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent hosts it under
+``--nproc-per-node``) and every rank checks in, so that a rank that never starts is named
+within ``--timeout`` instead of hanging the others in ``init_process_group``. The script's
+own ``init_process_group`` later shares that store: torch opens rank 0's store with
+``multi_tenant=True``, which reuses a server this process already runs on that port. Rank
+0 decides whether this run continues the one in ``--out`` and tells the others through the
+store, so that every rank's framework resumes from the same checkpoint or none does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddpimg import exitcodes
+from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
+from ddpimg.script.options import ScriptOptions
+from ddpimg.script.runtime import ScriptPreempted, ScriptRuntime, activate
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+    from ddpimg.runtime.stall import StallWatch
+    from ddpimg.script.record import ScriptRecord
+
+CONTINUING_KEY = "ddpimg/script/continuing"
+REFUSED = "refused"
+
+
+def _world() -> tuple[int, int, int]:
+    """(rank, world size, local world size) as the plan (or torchrun's agent) exported."""
+    env = os.environ
+    return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def _share_cpus(options: ScriptOptions, local_world_size: int) -> str:
+    """``OMP_NUM_THREADS``, unless the user set it: this rank's CPU share
+    (``ddpimg.runtime.cpus``), as a bundled trainer's rank gets. torch starts one thread per
+    CPU of the machine in every process, so N ranks on a node would run N times as many
+    threads as there are cores (torchrun sets 1 for that reason). Set before anything
+    imports torch, which reads it once. Returns the value the script runs with."""
+    from ddpimg.runtime.device import cpu_threads
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return os.environ["OMP_NUM_THREADS"]
+    affinity = len(os.sched_getaffinity(0))
+    # Workers of --nproc-per-node share their Slurm task; ranks started by srun each are one.
+    slurm_tasks = (
+        options.run_info.get("source") == "slurm" and "TORCHELASTIC_RUN_ID" not in os.environ
+    )
+    threads = cpu_threads(
+        affinity, os.cpu_count() or affinity, local_world_size, os.environ, slurm_tasks
+    )
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    return os.environ.get("OMP_NUM_THREADS", "")
+
+
+def _publish_master(options: ScriptOptions) -> None:
+    """Under mpirun without a host list: rank 0's address, learned over MPI in this process
+    (the script's process is the MPI rank; an MPI_Init in ``train`` would have claimed it)."""
+    from ddpimg.plan import short_hostname
+    from ddpimg.runtime.mpi_master import broadcast_master_address
+    from ddpimg.site.load import load_profile
+
+    profile = load_profile(options.site_path)
+    os.environ["MASTER_ADDR"] = broadcast_master_address(profile, short_hostname())
+
+
+def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
+    """Open (rank 0: host) the rendezvous store and check in; bounded by ``--timeout``."""
+    from ddpimg.plan import short_hostname
+    from ddpimg.runtime.rendezvous import join, open_store
+
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    master, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    store = open_store(master, port, rank, options.timeout_s, agent)
+    hosts = list(options.run_info.get("hosts", []))
+    per_node = world_size // len(hosts) if hosts and world_size % len(hosts) == 0 else 0
+    join(
+        store,
+        rank=rank,
+        world_size=world_size,
+        hostname=short_hostname(),
+        timeout_s=options.timeout_s,
+        host_of_rank=lambda r: hosts[r // per_node] if per_node else None,
+    )
+    return store
+
+
+def _job_key(options: ScriptOptions, store: Store, rank: int, world_size: int) -> bytes:
+    """The job's key for ddpimg's records in the store (``runtime.store_auth``):
+    ``DDPIMG_STORE_KEY``, else rank 0's, broadcast over a Gloo group of ddpimg's own."""
+    from ddpimg.runtime.store_auth import broadcast_key, key_from_env
+
+    key = key_from_env(os.environ)
+    return key if key is not None else broadcast_key(store, rank, world_size, options.timeout_s)
+
+
+def _continuing(
+    options: ScriptOptions, script: str, rank: int, store: Store | None, key: bytes | None
+) -> tuple[bool, Any]:
+    """Whether this run continues the one in ``--out`` (rank 0 reads its manifest and tells
+    the others, sealed with the job's key), and rank 0's reading of that manifest. An
+    earlier run that must not be replaced is rank 0's DdpimgError, and the others'."""
+    from ddpimg.runtime.store_auth import RecordSeal
+    from ddpimg.script.record import earlier_run
+
+    if rank == 0:
+        try:
+            previous = earlier_run(Path(options.out), script, options.resume)
+        except DdpimgError:
+            if store is not None and key is not None:
+                store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, REFUSED))
+            raise
+        if store is not None and key is not None:
+            answer = "1" if previous is not None else "0"
+            store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, answer))
+        return previous is not None, previous
+    if store is None or key is None:
+        return False, None
+    store.wait([CONTINUING_KEY], timedelta(seconds=options.timeout_s))
+    answer_text = RecordSeal(key).open(CONTINUING_KEY, store.get(CONTINUING_KEY))
+    if answer_text is None:
+        raise RendezvousError(
+            f"rank {rank}: rank 0's word on whether this run continues the one in "
+            f"{options.out} does not carry the job's key: another process wrote it",
+            hint="someone else reaches the rendezvous port: see README 'Security and trust'",
+        )
+    if answer_text == REFUSED:
+        raise DdpimgError(
+            f"rank {rank}: rank 0 refused --out {options.out} (its error says why)",
+            hint="use another --out, or --resume none to start over in this one",
+        )
+    return answer_text == "1", None
+
+
+def _watch(
+    options: ScriptOptions, rank: int, world_size: int, key: bytes | None
+) -> StallWatch | None:
+    import torch
+
+    from ddpimg.plan import short_hostname
+    from ddpimg.runtime.stall import watch_enabled, watch_store
+
+    if key is None or not options.watch or not watch_enabled(os.environ, world_size):
+        return None
+    return watch_store(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        rank=rank,
+        world_size=world_size,
+        timeout_s=options.timeout_s,
+        backend="nccl" if torch.cuda.is_available() else "gloo",
+        host=short_hostname(),
+        key=key,
+        script=True,
+    )
+
+
+def _record(
+    options: ScriptOptions, path: str, args: list[str], previous: Any, world: Mapping[str, Any]
+) -> ScriptRecord:
+    from ddpimg.script.record import ScriptRecord
+    from ddpimg.trackers.settings import TrackerOptions
+
+    shown = {
+        "timeout": options.timeout_s,
+        "watch": options.watch,
+        "integrations": options.integrations,
+        "preempt_signals": list(options.preempt_signals),
+        "preempt_check_every": options.preempt_check_every,
+        "resume": options.resume,
+        "out": options.out,
+        "log_to": list(options.log_to),
+    }
+    return ScriptRecord.start(
+        Path(options.out),
+        script=path,
+        args=args,
+        run_info=_run_info(options),
+        world=world,
+        options=shown,
+        previous=previous,
+        env=os.environ,
+        log_to=options.log_to,
+        tracker_options=TrackerOptions(**options.tracker_options),
+    )
+
+
+def _run_info(options: ScriptOptions) -> Mapping[str, Any]:
+    """The launch plan for the manifest: ``train``'s, or under ``--nproc-per-node`` the
+    worker's own (train was the node's launcher; torch's agent placed this worker)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return options.run_info
+    from ddpimg.plan import build_plan, short_hostname
+
+    try:
+        return build_plan(os.environ, short_hostname(), site=options.site_path).to_json()
+    except DdpimgError:
+        return options.run_info
+
+
+def _install_hooks(runtime: ScriptRuntime) -> None:
+    from ddpimg.script import integrations
+
+    integrations.watch_optimizer_steps(runtime)
+    if runtime.options.integrations:
+        integrations.attach_frameworks(runtime)
+
+
+class Boot:
+    """One script run in this process: ``start`` sets the runtime up, ``run`` runs the
+    script and returns the exit status."""
+
+    def __init__(self, options: ScriptOptions) -> None:
+        self.options = options
+        self.rank, self.world_size, self.local_world_size = _world()
+        self.store: Store | None = None
+        self.runtime: ScriptRuntime | None = None
+
+    def start(self, path: str, args: list[str]) -> ScriptRuntime:
+        options = self.options
+        runtime = ScriptRuntime(options, rank=self.rank, world_size=self.world_size)
+        runtime.preemption.__enter__()  # the handlers stay until the script has ended
+        activate(runtime)
+        self.runtime = runtime
+        threads = _share_cpus(options, self.local_world_size)
+        if options.master_via_mpi and not os.environ.get("MASTER_ADDR"):
+            _publish_master(options)
+        key = None
+        if self.world_size > 1:
+            self.store = _meet(options, self.rank, self.world_size)
+            key = _job_key(options, self.store, self.rank, self.world_size)
+        runtime.continuing, previous = _continuing(options, path, self.rank, self.store, key)
+        if self.rank == 0 and options.record:
+            world = {
+                "world_size": self.world_size,
+                "local_world_size": self.local_world_size,
+                "num_nodes": options.run_info.get("num_nodes"),
+                "omp_num_threads": threads,
+            }
+            runtime.record = _record(options, path, args, previous, world)
+        watch = _watch(options, self.rank, self.world_size, key)
+        if watch is not None:
+            record = runtime.record
+            if record is not None:
+                watch.on_fatal = lambda error: _finish_lost(record, error)
+            runtime.attach_watch(watch)
+            watch.start()
+        _install_hooks(runtime)
+        return runtime
+
+    def run(self, path: str, args: list[str]) -> int:
+        runtime = self.runtime
+        if runtime is None:
+            raise RuntimeError("Boot.start must run first")
+        sys.argv = [path, *args]
+        # As `python FILE` would have it: the script's directory first on the import path.
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except ScriptPreempted as stop:
+            where = (
+                f"checkpoint {stop.checkpoint}"
+                if stop.checkpoint
+                else "no checkpoint (nothing in the script acts on preemption: see README "
+                "'Your own script')"
+            )
+            return self._preempted(runtime, stop.cause, stop.step, where, stop.checkpoint)
+        except SystemExit as done:
+            return self._exited(runtime, done)
+        except KeyboardInterrupt:
+            print("ddpimg: interrupted", file=sys.stderr, flush=True)
+            return self._end(runtime, "interrupted", exitcodes.INTERRUPTED, "interrupted")
+        except BaseException as err:
+            return self._failed(runtime, err)
+        return self._completed(runtime)
+
+    # -- endings -----------------------------------------------------------------------------
+
+    def _completed(self, runtime: ScriptRuntime) -> int:
+        _release_process_group()
+        if runtime.record is not None:
+            runtime.record.write(runtime.summary_record())
+        return self._end(runtime, "completed", exitcodes.OK)
+
+    def _exited(self, runtime: ScriptRuntime, done: SystemExit) -> int:
+        code = done.code
+        if code is None:
+            return self._completed(runtime)
+        if not isinstance(code, int):
+            print(code, file=sys.stderr, flush=True)  # as the interpreter prints it
+            return self._end(runtime, "failed", exitcodes.TRAINING_FAILED, str(code))
+        if code == exitcodes.OK:
+            return self._completed(runtime)
+        if code == exitcodes.PREEMPTED:
+            # ddpimg.preemption_requested() said stop (or the script's own handler did):
+            # the script saved what it keeps.
+            cause = runtime.preemption.received or "the script's own exit status 75"
+            checkpoint = _last_checkpoint(runtime)
+            where = f"checkpoint {checkpoint}" if checkpoint else "its own checkpoint"
+            return self._preempted(runtime, cause, runtime.steps, where)
+        return self._end(runtime, "failed", code, f"exit {code}")
+
+    def _preempted(
+        self,
+        runtime: ScriptRuntime,
+        cause: str,
+        step: int,
+        where: str,
+        checkpoint: str | None = None,
+    ) -> int:
+        """``where``: what was saved, in words; ``checkpoint``: its path when ddpimg knows."""
+        checkpoint = checkpoint or _last_checkpoint(runtime)
+        if self.rank == 0:
+            print(
+                f"ddpimg: {cause}: the script stopped after step {step}, {where}; exit status "
+                f"{exitcodes.PREEMPTED} (the same command continues the run)",
+                file=sys.stderr,
+                flush=True,
+            )
+        if runtime.record is not None:
+            runtime.record.update(
+                preemption={"cause": cause, "step": step, "checkpoint": checkpoint}
+            )
+        return self._end(runtime, "preempted", exitcodes.PREEMPTED)
+
+    def _failed(self, runtime: ScriptRuntime, err: BaseException) -> int:
+        watch = runtime.watch
+        lost = watch.explain(err) if watch is not None and isinstance(err, Exception) else None
+        if lost is not None:
+            report(lost)
+            if runtime.record is not None:
+                _finish_lost(runtime.record, lost)
+            self._stop_watch(runtime)
+            return exitcodes.RANK_LOST
+        if isinstance(err, DdpimgError):
+            report(err)
+        else:
+            traceback.print_exception(err)
+        return self._end(
+            runtime, "failed", exitcodes.for_error(err), f"{type(err).__name__}: {err}"
+        )
+
+    def _end(
+        self, runtime: ScriptRuntime, status: str, exit_status: int, error: str | None = None
+    ) -> int:
+        # The script is over: a preemption signal still on its way (the job ended close to
+        # its time limit) must not turn this ending into another.
+        for sig in runtime.preemption.signals:
+            signal.signal(sig, signal.SIG_IGN)
+        if status == "completed" and self.rank == 0 and runtime.watch is not None:
+            _linger(runtime.watch, self.options.timeout_s)
+        self._stop_watch(runtime)
+        if runtime.record is not None:
+            runtime.record.finish(status, exit_status, error)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return exit_status
+
+    @staticmethod
+    def _stop_watch(runtime: ScriptRuntime) -> None:
+        if runtime.watch is not None:
+            runtime.watch.stop()
+
+
+def _last_checkpoint(runtime: ScriptRuntime) -> str | None:
+    known = runtime.progress.checkpoint
+    return None if known is None else known[0]
+
+
+def _finish_lost(record: ScriptRecord, error: RankLostError) -> None:
+    record.update(rank_lost=error.details)
+    record.finish("failed", exitcodes.RANK_LOST, str(error))
+
+
+def _linger(watch: StallWatch, limit_s: float) -> None:
+    """Rank 0 hosts the store: before it exits, let the other ranks finish (their records
+    say done or failed, or they went silent), bounded by ``limit_s``, so that a rank still
+    finishing its own last work does not find the store gone and take that for a loss."""
+    from ddpimg.runtime.stall.watch import StoreUnanswered
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            records = watch.board.read_all()
+        except (StoreUnanswered, RuntimeError):
+            return
+        now = time.time()
+        if all(
+            record is not None
+            and (record.state != "running" or now - record.beat > watch.limits.stale_after_s)
+            for rank, record in records.items()
+            if rank != watch.rank
+        ):
+            return
+        time.sleep(watch.limits.period_s)
+
+
+def _release_process_group() -> None:
+    """Destroy the default process group a script that returned left behind. mpi4py (the
+    MPI boot, a script's own) finalises MPI at exit, and that raced the backend's own
+    threads: now and then a finished run aborted ("terminate called without an active
+    exception", signal 6). Only after a normal return: after an error the peers may be
+    gone, and tearing down could block."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        report("the script boot needs a FILE", hint="train --script my_script.py [ARGS]")
+        return exitcodes.USAGE
+    path, *args = argv
+    try:
+        options = ScriptOptions.pop_from(os.environ)
+        boot = Boot(options)
+        boot.start(path, args)
+    except DdpimgError as err:
+        report(err)
+        return exitcodes.for_error(err)
+    return boot.run(path, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""Chaos: a 2-rank run with checkpoints is hit several times, at random steps, by a random
+fault, and each time the same command runs again (``--resume auto``, the default). In the
+end the losses are those of an uninterrupted run, no corrupt checkpoint was ever loaded,
+and every intermediate exit status is one README's "Exit statuses" table documents.
+
+Faults: SIGKILL of a random rank; SIGSTOP of a random rank (its sentinel kills it, the other
+names it); SIGTERM to the launcher (preemption: checkpoint, exit 75); the disk filling up
+(the tmpfs under ``--out`` shrunk to what is used, so the next checkpoint cannot be
+written); a rank killed and then the newest checkpoint corrupted (one byte of its model
+changed: its SHA-256 no longer matches, ``--resume auto`` must skip it and say so).
+
+The schedule (faults and steps) comes from a seed printed at the start
+(``DDPIMG_CHAOS_SEED=N`` replays it). The runs use ``train --nproc-per-node 2`` with
+``--deterministic`` on the CPU, where a resumed run repeats the uninterrupted one bitwise
+(the noise floor measured between two uninterrupted runs here is 0), so the losses are
+compared exactly. About two minutes on two cores; deadlines are hang guards only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
+from ddpimg.train.preemption import child_pids
+from tests.integration.runs import command, run, train_losses
+
+STEPS = 16
+RUN = [
+    "gpt", "--size", "tiny", "--seq-len", "16", "--global-batch-size", "8",
+    "--train-samples", "1024", "--eval-samples", "8", "--epochs", "1", "--data", "synthetic",
+    "--seed", "11", "--deterministic", "--log-every", "1", "--max-steps", str(STEPS),
+    "--checkpoint-every", "2", "--timeout", "10", "--preempt-check-every", "1",
+    "--nproc-per-node", "2",
+]  # fmt: skip
+FAULTS = ("kill", "stop", "term", "disk", "corrupt")
+FAULT_COUNT = 3
+README = Path(__file__).resolve().parents[2] / "README.md"
+# Hang guards (a run takes about 15 s here, a SIGSTOP about 20 s more).
+RUN_GUARD_S = 300.0
+MAX_ATTEMPTS = 4
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs for --out, so that the disk-full fault can shrink it (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("the disk-full fault mounts a tmpfs: needs root (CI runs as root)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def resize(mount: Path, size: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+
+
+def documented_statuses() -> set[int]:
+    """The statuses of README's "Exit statuses" table."""
+    section = README.read_text().split("## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
+    return {int(status) for status in re.findall(r"^\| `(\d+)` \|", section, re.MULTILINE)}
+
+
+def test_the_exit_status_table_documents_what_faults_end_with() -> None:
+    """The statuses a run hit by these faults ends with: a user error (the full disk), a
+    lost rank, preemption; 0 when the fault came after the run finished."""
+    assert {0, 2, 5, 75} <= documented_statuses()
+
+
+def reached(out: Path, step: int, since: float) -> bool:
+    """Whether this run (metrics.jsonl rewritten after ``since``) logged ``step``: a resumed
+    run first keeps the lines up to its checkpoint, so an earlier step counts as reached as
+    soon as it starts."""
+    metrics = out / "metrics.jsonl"
+    try:
+        if metrics.stat().st_mtime < since:
+            return False
+        lines = metrics.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    steps = [json.loads(line)["step"] for line in lines if '"kind": "train"' in line]
+    return bool(steps) and max(steps) >= step
+
+
+def hit(
+    out: Path, env: dict[str, str], mount: Path, fault: tuple[str, int], rng: random.Random
+) -> tuple[int, str]:
+    """Run the command, inject ``fault`` (kind, step) once that step is logged; (status,
+    stderr)."""
+    kind, step = fault
+    began = time.time()
+    proc = subprocess.Popen(
+        [command("train"), *RUN, "--out", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + RUN_GUARD_S
+    while not reached(out, step, began) and proc.poll() is None:
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"hang guard: step {step} not reached within {RUN_GUARD_S:.0f} s")
+        time.sleep(0.05)
+    workers = sorted(child_pids(proc.pid))
+    if proc.poll() is None and workers:
+        victim = rng.choice(workers)
+        if kind in ("kill", "corrupt"):
+            os.kill(victim, signal.SIGKILL)
+        elif kind == "stop":
+            os.kill(victim, signal.SIGSTOP)
+        elif kind == "term":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            used = os.statvfs(mount)
+            resize(mount, f"{(used.f_blocks - used.f_bfree) * used.f_frsize // 1024 + 64}k")
+    try:
+        _, stderr = proc.communicate(timeout=RUN_GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"hang guard: the run outlived {RUN_GUARD_S:.0f} s after a {kind}")
+    if kind == "disk":
+        resize(mount, "64m")
+    if kind == "corrupt":
+        newest = candidates(out / CHECKPOINTS)
+        if newest:
+            model = newest[0] / "ddp" / "model.pt"
+            raw = bytearray(model.read_bytes())
+            raw[len(raw) // 2] ^= 0xFF
+            model.write_bytes(bytes(raw))
+            stderr += f"\nchaos: corrupted {newest[0]}\n"
+    return proc.returncode, stderr
+
+
+@pytest.mark.torchrun
+def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[str, str]) -> None:
+    seed = int(os.environ.get("DDPIMG_CHAOS_SEED", random.randrange(2**32)))
+    print(f"chaos seed {seed} (replay: DDPIMG_CHAOS_SEED={seed})")
+    rng = random.Random(seed)
+    documented = documented_statuses()
+    reference = tmp_path / "reference"
+    run([command("train"), *RUN, "--out", str(reference)], run_env, timeout=RUN_GUARD_S)
+    out = disk / "run"
+    # The checkpoint the last fault corrupted: the next run must skip it, not load it (a
+    # later run may write a new, valid one under the same name).
+    corrupted: list[str] = []
+    for number in range(FAULT_COUNT):
+        fault, step = rng.choice(FAULTS), rng.randrange(1, STEPS)
+        status, stderr = hit(out, run_env, disk, (fault, step), rng)
+        where = f"seed {seed}, fault {number} ({fault} at step {step})"
+        assert status in documented, f"{where}: exit status {status}\n{stderr[-3000:]}"
+        for path in corrupted:
+            assert f"skipping checkpoint {path}: " in stderr, f"{where}: {path} not skipped"
+            assert f"resuming from {path} " not in stderr, f"{where}: loaded corrupt {path}"
+        corrupted = re.findall(r"chaos: corrupted (\S+)", stderr)
+    for _ in range(MAX_ATTEMPTS):
+        finished = run([command("train"), *RUN, "--out", str(out)], run_env, check=False)
+        for path in corrupted:
+            assert f"skipping checkpoint {path}: " in finished.stderr, f"seed {seed}: {path}"
+            assert f"resuming from {path} " not in finished.stderr, f"seed {seed}: {path}"
+        corrupted = []
+        if finished.returncode == 0:
+            break
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["status"], manifest["exit_status"]) == ("completed", 0), f"seed {seed}"
+    assert train_losses(out) == train_losses(reference), f"seed {seed}"

@@ -1,0 +1,152 @@
+"""Servers on loopback for the sync and failure tests: a real MLflow tracking server, a TCP
+forwarder in front of it that a test can cut (the server gone, as a dropped link looks to
+its client), and a recorder that answers every HTTP request 401 (where W&B's sync would
+find its server) and remembers the paths it was asked for."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from tests.trackers.offline import OFFLINE_ENV
+
+# `mlflow server` took 51 s to answer /health on this 2-core machine under load (17 s idle);
+# the wait is a hang guard of about 5 times that.
+SERVER_START_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def mlflow_server(root: Path, env: dict[str, str]) -> Iterator[str]:
+    """A real MLflow tracking server on 127.0.0.1 (SQLite store, artifacts under ``root``);
+    yields its URI."""
+    port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    log = (root / "server.log").open("w")
+    server = [
+        sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"), "--workers", "1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        server,
+        env=env | OFFLINE_ENV,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"mlflow server did not answer within {SERVER_START_S} s (hang guard; "
+                        f"exit {proc.poll()}): {(root / 'server.log').read_text()[-3000:]}"
+                    ) from None
+                time.sleep(0.5)
+        yield uri
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+class Forwarder:
+    """127.0.0.1:port -> target_port, until ``cut()`` closes the listener and every
+    connection: to a client, its server is gone."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._cut = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                if self._cut:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            sockets, self._sockets = self._sockets, []
+        self.listener.close()
+        for end in sockets:
+            end.close()
+
+
+class RefusingServer:
+    """An HTTP server on 127.0.0.1 answering every request 401, recording its paths."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        paths = self.paths
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _refuse(self) -> None:
+                paths.append(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_PUT = _refuse
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
