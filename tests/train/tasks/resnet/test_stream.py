@@ -185,6 +185,40 @@ def test_batches_kept_by_the_caller_stay_intact(tree: Path) -> None:
     assert not torch.equal(again[0][0], kept[0][0])
 
 
+def held(dataset: StreamedImages, batch_plan: BatchPlan) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches, each held while the following ones are made (as the loop holds a step's
+    inputs while the next batch is loaded), checked to be still what was handed out."""
+    batches, copies = [], []
+    for images, labels in dataset.batches(batch_plan):
+        batches.append((images, labels))
+        copies.append(images.clone())
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(batches, copies, strict=True))
+    return batches
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_ranks_slices_of_a_step_are_the_one_process_batch_bit_for_bit(
+    tree: Path, workers: int
+) -> None:
+    # 1 vs 2 processes at the loader: each rank its own stream, its rows of each step.
+    order = epoch_order(48, 7, 1)
+    one = held(
+        StreamedImages(stream(tree, workers=0), TRAIN), TrainShard(48, 8, 0, 1).plan(order, 1, 0, 4)
+    )
+    ranks = [
+        held(
+            StreamedImages(stream(tree, workers=workers), TRAIN),
+            TrainShard(48, 4, rank, 2).plan(order, 1, 0, 4),
+        )
+        for rank in (0, 1)
+    ]
+    for step, (images, labels) in enumerate(one):
+        (first, first_labels), (second, second_labels) = ranks[0][step], ranks[1][step]
+        assert torch.equal(torch.cat([first, second]), images)
+        assert torch.equal(torch.cat([first_labels, second_labels]), labels)
+    assert not torch.equal(one[0][0], one[1][0])
+
+
 def test_batches_cut_into_more_chunks_than_slots_are_the_same(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
