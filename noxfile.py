@@ -45,6 +45,7 @@ nox.options.reuse_venv = "yes"
 
 DEV_REQUIREMENTS = "requirements/dev.txt"
 TRAIN_REQUIREMENTS = "requirements/train.txt"
+BENCH_REQUIREMENTS = "requirements/bench.txt"
 # Every pytest run ends with its slowest tests: CI's log is where the time goes (issue 26).
 DURATIONS = "--durations=15"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
@@ -55,9 +56,9 @@ STACK_SESSION = "tests"
 
 def _stack(session: nox.Session) -> Path:
     """Make the shared venv (STACK_SESSION's, beside this session's) hold ddpimg (editable),
-    the training stack and the dev tools; return its bin directory, which comes first on
-    PATH for the session's commands. Run its programs by that path: nox looks a program up
-    on its own PATH."""
+    the training stack, the dev tools and the benchmarks' extras; return its bin directory,
+    which comes first on PATH for the session's commands. Run its programs by that path: nox
+    looks a program up on its own PATH."""
     venv = session.env_dir.with_name(STACK_SESSION).resolve()
     bin_dir = venv / "bin"
     if not (bin_dir / "python").exists():
@@ -65,7 +66,7 @@ def _stack(session: nox.Session) -> Path:
         session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
     session.run_install(
         str(bin_dir / "python"), "-m", "pip", "install",
-        "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS,
+        "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
         external=True, silent=True,
     )  # fmt: skip
     session.env["VIRTUAL_ENV"] = str(venv)

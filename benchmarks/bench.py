@@ -12,8 +12,9 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``trackers``: the loop with ``--log-to tensorboard,wandb,mlflow`` vs without.
 * ``scripts``: a Hugging Face Trainer script under ``train --script`` vs plain torchrun.
 * ``image``: image sizes, build times, container start time.
-* ``data``: the streamed image pipeline: loader images/s against torchvision's, memory and
-  time to first step at two dataset sizes, resnet18 on files vs synthetic data.
+* ``data``: the streamed image pipeline: the loader against torchvision's and against
+  decoding alone, on real photographs and generated images; memory and time to first step
+  at two dataset sizes; resnet18 on files vs synthetic data.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 

@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from parts import data
-from parts.data import Rate, TreeSpec
+from parts.data import Decoding, PhotoSpec, Rate, TreeSpec
 
 ROLLUP = """\
 5638061c4000-7ffcdf6a7000 ---p 00000000 00:00 0                          [rollup]
@@ -107,6 +107,70 @@ def test_loader_ratios_are_taken_within_each_round() -> None:
         "images/s 100 vs 50: **2.00x** (min 1.00, max 2.00)",
     ]
     assert target == data.TARGET
+
+
+def test_decoding_alone_is_compared_with_workers_and_main_within_each_round() -> None:
+    rounds = [
+        {
+            "tree": rate(100, 1.0, 1.0, 1.0),
+            data.REFERENCE: rate(100, 1.0, 2.0),
+            data.DECODE: Decoding(50, 0.5),
+            data.DECODE_TURBO: Decoding(50, 0.25),
+        },
+        {
+            "tree": rate(100, 1.0, 2.0, 2.0),
+            data.REFERENCE: rate(100, 1.0, 4.0),
+            data.DECODE: Decoding(50, 0.5),
+            data.DECODE_TURBO: Decoding(50, 0.5),
+        },
+    ]
+    result = data.loader_row("loader", rounds, "tree")[1].split("; ")
+    assert result[3:] == [
+        "of decoding alone (PIL, 100 images per CPU-second): **0.38x** (min 0.25, max 0.50)",
+        "of decoding alone (libjpeg-turbo, 150 images per CPU-second): **0.25x** (min 0.25, "
+        "max 0.25)",
+    ]
+    assert data.goals(rounds, "tree") == pytest.approx(
+        {"vs torchvision": 1.0, "vs decoding": 0.375}
+    )
+
+
+def test_the_loader_verdict_names_each_missed_goal() -> None:
+    met = {"train tree": {"vs torchvision": 2.5, "vs decoding": 0.6}}
+    assert data.loader_verdict(met)[1] == "met"
+    missed = met | {"eval shards": {"vs torchvision": 2.49, "vs decoding": 0.7}}
+    assert data.loader_verdict(missed)[1] == "missed: eval shards vs torchvision 2.49"
+
+
+def test_decoding_alone_decodes_every_file_of_the_split(tmp_path: Path) -> None:
+    from tests.datagen import make_image_tree
+
+    make_image_tree(tmp_path, classes=2, train_per_class=3, val_per_class=2, sizes=(20, 30))
+    for decode in (data.decode_alone, data.decode_turbo_alone):
+        assert decode(tmp_path, True).images == 6
+        assert decode(tmp_path, False).images == 4
+        assert decode(tmp_path, True).cpu_s > 0
+
+
+def test_the_photographs_are_scaled_to_imagenet_like_sides(tmp_path: Path) -> None:
+    from parts.photos import PHOTOS, QUALITY, SIDES, make_photo_tree
+    from PIL import Image
+
+    make_photo_tree(tmp_path, train_per_class=2, val_per_class=1)
+    files = sorted(tmp_path.rglob("*.jpg"))
+    assert len(files) == PhotoSpec("p", 2, 1).files == 3 * len(PHOTOS)
+    assert len({path.parent.name for path in files}) == len(PHOTOS)
+    for path in files:
+        with Image.open(path) as image:
+            assert image.format == "JPEG"
+            assert image.mode == "RGB"
+            assert max(image.size) <= SIDES[1]
+            assert min(image.size) >= SIDES[0] or max(image.size) == SIDES[1]
+    # The same seed writes the same files.
+    again = tmp_path / "again"
+    make_photo_tree(again, train_per_class=2, val_per_class=1)
+    assert files[0].read_bytes() == (again / files[0].relative_to(tmp_path)).read_bytes()
+    assert QUALITY == 90
 
 
 def test_growth_rows_give_medians_ratios_within_rounds_and_the_data_phase_per_million() -> None:

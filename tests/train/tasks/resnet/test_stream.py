@@ -9,11 +9,13 @@ import torch
 from ddpimg.data.sources import open_splits, prepare
 from ddpimg.errors import DataError
 from ddpimg.train.sharding import BatchPlan, EvalShard, TrainShard, epoch_order
+from ddpimg.train.tasks.resnet import stream as stream_module
 from ddpimg.train.tasks.resnet.stream import (
     EVAL,
     MEAN,
     STD,
     TRAIN,
+    BatchBuffers,
     ImageStream,
     SampleReader,
     SplitView,
@@ -142,7 +144,7 @@ def test_skipping_substitutes_the_next_readable_sample_and_counts(
     substitute = reader[(TRAIN, 1, garbage)]
     assert substitute.substituted
     following = next(i for i in range(garbage + 1, 12) if i != truncated)
-    assert np.array_equal(substitute.pixels, reader._pixels(TRAIN, 1, following))
+    assert np.array_equal(substitute.pixels, reader[(TRAIN, 1, following)].pixels)
     assert substitute.label == views(root)[0].label(following)
     dataset = StreamedImages(stream(root, workers=2, skip_bad=True), TRAIN)
     good = [i for i in range(12) if i not in (garbage, truncated)][:2]
@@ -155,3 +157,112 @@ def test_skipping_substitutes_the_next_readable_sample_and_counts(
 def test_a_subset_is_spread_over_the_index() -> None:
     assert spread(10, 10) is None
     assert spread(10, 4).tolist() == [0, 2, 5, 7]
+
+
+def test_a_float_batch_is_reused_only_once_nothing_refers_to_it() -> None:
+    buffers = BatchBuffers(8, torch.contiguous_format, keep=2)
+    first = buffers.take(4)
+    first_memory = first.data_ptr()
+    view = first[1:]
+    del first
+    second = buffers.take(4)
+    assert second.data_ptr() != first_memory  # a view still holds the first
+    del view
+    third = buffers.take(3)  # smaller: the first buffer's rows serve it
+    assert third.data_ptr() == first_memory
+    assert third.shape == (3, 3, 8, 8)
+    # Both kept buffers in use, and no room to keep another: a fresh one, not kept.
+    fourth = buffers.take(4)
+    assert fourth.data_ptr() not in (first_memory, second.data_ptr())
+
+
+def test_batches_kept_by_the_caller_stay_intact(tree: Path) -> None:
+    dataset = StreamedImages(stream(tree, workers=0), TRAIN)
+    kept = collect(dataset, plan(1, steps=3))
+    copies = [images.clone() for images, _ in kept]
+    again = collect(dataset, plan(2, steps=3))
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(kept, copies, strict=True))
+    assert not torch.equal(again[0][0], kept[0][0])
+
+
+def held(dataset: StreamedImages, batch_plan: BatchPlan) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches, each held while the following ones are made (as the loop holds a step's
+    inputs while the next batch is loaded), checked to be still what was handed out."""
+    batches, copies = [], []
+    for images, labels in dataset.batches(batch_plan):
+        batches.append((images, labels))
+        copies.append(images.clone())
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(batches, copies, strict=True))
+    return batches
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_ranks_slices_of_a_step_are_the_one_process_batch_bit_for_bit(
+    tree: Path, workers: int
+) -> None:
+    # 1 vs 2 processes at the loader: each rank its own stream, its rows of each step.
+    order = epoch_order(48, 7, 1)
+    one = held(
+        StreamedImages(stream(tree, workers=0), TRAIN), TrainShard(48, 8, 0, 1).plan(order, 1, 0, 4)
+    )
+    ranks = [
+        held(
+            StreamedImages(stream(tree, workers=workers), TRAIN),
+            TrainShard(48, 4, rank, 2).plan(order, 1, 0, 4),
+        )
+        for rank in (0, 1)
+    ]
+    for step, (images, labels) in enumerate(one):
+        (first, first_labels), (second, second_labels) = ranks[0][step], ranks[1][step]
+        assert torch.equal(torch.cat([first, second]), images)
+        assert torch.equal(torch.cat([first_labels, second_labels]), labels)
+    assert not torch.equal(one[0][0], one[1][0])
+
+
+def test_batches_cut_into_more_chunks_than_slots_are_the_same(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = collect(StreamedImages(stream(tree, workers=0), TRAIN), plan(1, steps=4, per_rank=10))
+    # Chunks of 3 samples: 4 per batch of 10 (3 + 3 + 3 + 1), 16 in all, through the
+    # 2 x 2 + 1 = 5 slots of two workers, so every slot is written several times.
+    monkeypatch.setattr(stream_module, "CHUNK", 3)
+    chunked = StreamedImages(stream(tree, workers=2), TRAIN)
+    assert chunked.stream._slots.shape[:2] == (5, 3)
+    for (images, labels), (other_images, other_labels) in zip(
+        whole, collect(chunked, plan(1, steps=4, per_rank=10)), strict=True
+    ):
+        assert torch.equal(images, other_images)
+        assert torch.equal(labels, other_labels)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_batches_are_the_cpus_normalised_on_the_device(tree: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    device = torch.device("cuda")
+    on_cpu = collect(StreamedImages(stream(tree, workers=2), TRAIN), plan(1))
+    gpu_stream = ImageStream(
+        views(tree), SIZE, seed=7, workers=2, skip_bad=False, device=device, channels_last=True
+    )
+    on_gpu = collect(StreamedImages(gpu_stream, TRAIN), plan(1))
+    for (images, labels), (gpu_images, gpu_labels) in zip(on_cpu, on_gpu, strict=True):
+        assert gpu_images.device.type == "cuda"
+        assert gpu_images.is_contiguous(memory_format=torch.channels_last)
+        # The same uint8 samples; x * a + b by numpy on the host, by a fused kernel on the GPU.
+        assert torch.allclose(gpu_images.cpu(), images, atol=1e-5)
+        assert torch.equal(gpu_labels.cpu(), labels)
+
+
+def test_for_another_device_the_host_batch_goes_over_as_uint8(tree: Path) -> None:
+    # The meta device stands in for a GPU here: the batch leaves the host as uint8 and is
+    # normalised where it lands (its values are checked on a real GPU, above).
+    meta = torch.device("meta")
+    source = ImageStream(
+        views(tree), SIZE, seed=7, workers=0, skip_bad=False, device=meta, channels_last=True
+    )
+    images, labels = collect(StreamedImages(source, TRAIN), plan(1, steps=1))[0]
+    assert images.device == meta
+    assert images.dtype == torch.float
+    assert images.shape == (4, 3, SIZE, SIZE)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.device == meta
