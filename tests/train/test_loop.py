@@ -15,7 +15,7 @@ import torch
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
-from ddpimg.train.loop import Summary, Trainer, train
+from ddpimg.train.loop import Summary, Trainer
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.sharding import EvalShard
@@ -27,7 +27,7 @@ from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 def run(config: TrainConfig, ctx: DistContext) -> tuple[Summary, list[dict[str, Any]]]:
     """Train with rank 0's real recorder; returns the summary and the metrics lines."""
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = train(config, ctx, MnistTask(config, ctx), DdpStrategy(config, ctx), recorder)
+    summary = Trainer(config, ctx, MnistTask(config, ctx), DdpStrategy(config, ctx), recorder).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return summary, [json.loads(line) for line in lines]
