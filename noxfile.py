@@ -46,8 +46,8 @@ nox.options.reuse_venv = "yes"
 DEV_REQUIREMENTS = "requirements/dev.txt"
 TRAIN_REQUIREMENTS = "requirements/train.txt"
 BENCH_REQUIREMENTS = "requirements/bench.txt"
-# Every pytest run ends with its slowest tests: CI's log is where the time goes (issue 26).
-DURATIONS = "--durations=30"  # issue 26 asks for the slowest 30 of every session
+# Every pytest run ends with its slowest 30 tests: CI's log is where the time goes (issue 26).
+DURATIONS = "--durations=30"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
