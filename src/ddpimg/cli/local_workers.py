@@ -72,8 +72,8 @@ def launch_local_workers(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from ddpimg import runtime
+    from ddpimg.runtime.children import forward_to_children
     from ddpimg.runtime.store_auth import KEY_VARIABLE, new_key_hex
-    from ddpimg.train.preemption import forward_to_children
 
     topo = plan.topology
     if topo.local_world_size > 1:

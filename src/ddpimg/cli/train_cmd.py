@@ -28,7 +28,8 @@ from ddpimg.script.launch import (
     script_options,
 )
 from ddpimg.train import startup
-from ddpimg.train.preemption import PreemptionWatch, parse_signals
+from ddpimg.train.preempt_signals import parse_signals
+from ddpimg.train.preemption import PreemptionWatch
 from ddpimg.train.tasks import TRAINERS
 
 
