@@ -1,6 +1,6 @@
 """``--nproc-per-node N``: this process becomes the node's launcher and starts N workers
-through torch.distributed.launcher's API (the same agent as torchrun), for ``train`` and
-``ddpimg doctor`` alike."""
+through torch.distributed.launcher's API (the same agent as torchrun), for every command that
+runs ranks (``cli/launch.py``'s start-up)."""
 
 from __future__ import annotations
 
@@ -34,26 +34,6 @@ class _ExplainedExits(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         explained = args[:1] and args[0] in SELF_EXPLAINED
         return not (str(record.msg).startswith("failed (exitcode: ") and explained)
-
-
-def strip_nproc(argv: Sequence[str]) -> list[str]:
-    """The command line without ``--nproc-per-node N``: what each local worker runs."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--script":
-            out.extend(argv[i:])
-            break
-        if arg == "--nproc-per-node":
-            skip = True
-            continue
-        if arg.startswith("--nproc-per-node="):
-            continue
-        out.append(arg)
-    return out
 
 
 def launch_local_workers(
