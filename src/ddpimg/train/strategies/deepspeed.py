@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies.base import does_not_fit, wrapped
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -152,11 +153,8 @@ class DeepSpeedStrategy:
                 load_lr_scheduler_states=False,
             )
         except (KeyError, RuntimeError, ValueError) as err:
-            raise DdpimgError(
-                f"checkpoint {directory} does not fit this model and optimizer ({err})",
-                hint="resume with the trainer, model flags, world size and --zero-stage that "
-                "wrote it, or --resume none",
-            ) from err
+            same = "the trainer, model flags, world size and --zero-stage"
+            raise does_not_fit(directory, str(err), same=same) from err
         if loaded is None:
             raise DdpimgError(
                 f"checkpoint {directory}: DeepSpeed found no engine checkpoint "
@@ -166,12 +164,8 @@ class DeepSpeedStrategy:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        if self._optimizer is None:
-            raise RuntimeError("DeepSpeedStrategy used before wrap()")
-        return self._optimizer
+        return wrapped(self._optimizer, "DeepSpeedStrategy")
 
     @property
     def engine(self) -> Any:
-        if self._engine is None:
-            raise RuntimeError("DeepSpeedStrategy used before wrap()")
-        return self._engine
+        return wrapped(self._engine, "DeepSpeedStrategy")
