@@ -8,8 +8,6 @@ from typing import Protocol
 
 Env = Mapping[str, str]
 
-SOURCES = ("torchrun", "env", "openmpi", "mpich", "pmix", "mvapich", "pals", "slurm", "single")
-
 
 @dataclass(frozen=True)
 class Topology:
