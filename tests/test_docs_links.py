@@ -1,7 +1,7 @@
-"""Relative links of README.md and docs/ resolve as GitHub renders them: the file exists and
+"""Relative links of the READMEs and docs/ resolve as GitHub renders them: the file exists and
 the anchor is a heading of it, slugged GitHub's way. (`mkdocs build --strict`, in the lint
-session, checks docs/ with MkDocs' own slugs, but neither README.md, which is not part of the
-site, nor that an anchor also works when the page is read on GitHub.)"""
+session, checks docs/ with MkDocs' own slugs, but neither the READMEs, which are not part of
+the site, nor that an anchor also works when the page is read on GitHub.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [
+    REPO / "README.md",
+    REPO / "site-profiles" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$")
 _FENCE = re.compile(r"^\s*```")
