@@ -13,6 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+# argparse offers no public way to walk a parser's groups and actions; the private names used
+# here (_actions, _action_groups, _group_actions, _expand_help) are the ones its own help
+# formatter reads, unchanged since Python 3.2.
 REGION = "train-options"
 # argparse's own group titles, said for a reader of the docs.
 TITLES = {"positional arguments": "the trainer (positional)", "options": "common options"}
