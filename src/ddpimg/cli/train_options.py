@@ -165,7 +165,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_observability_arguments(parser: argparse.ArgumentParser) -> None:
-    """Tracker and profiler flags (README: "Trackers and profiling")."""
+    """Tracker and profiler flags (docs/usage.md: "Trackers and profiling")."""
     group = parser.add_argument_group("trackers and profiling")
     group.add_argument(
         "--log-to",
@@ -211,7 +211,7 @@ def add_observability_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, resume and preemption flags (README: "Checkpoints and preemption")."""
+    """Checkpoint, resume and preemption flags (docs/checkpoints-and-failures.md)."""
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(
         "--checkpoint-every",

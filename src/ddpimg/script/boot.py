@@ -141,7 +141,7 @@ def _continuing(
         raise RendezvousError(
             f"rank {rank}: rank 0's word on whether this run continues the one in "
             f"{options.out} does not carry the job's key: another process wrote it",
-            hint="someone else reaches the rendezvous port: see README 'Security and trust'",
+            hint="someone else reaches the rendezvous port: see docs/security.md",
         )
     if answer_text == REFUSED:
         raise DdpimgError(
@@ -281,8 +281,8 @@ class Boot:
             where = (
                 f"checkpoint {stop.checkpoint}"
                 if stop.checkpoint
-                else "no checkpoint (nothing in the script acts on preemption: see README "
-                "'Your own script')"
+                else "no checkpoint (nothing in the script acts on preemption: see "
+                "docs/script-api.md)"
             )
             return self._preempted(runtime, stop.cause, stop.step, where, stop.checkpoint)
         except SystemExit as done:

@@ -25,7 +25,7 @@ RESUME_NONE = "none"
 
 @dataclass(frozen=True)
 class ScriptOptions:
-    """The runtime a script gets, each part switchable off (README "Your own script").
+    """The runtime a script gets, each part switchable off (docs/script-api.md).
 
     ``watch``: the stall watch (``--no-watch``); ``record``: manifest.json and metrics.jsonl
     in ``out`` (``--no-record``); ``integrations``: ddpimg's Hugging Face and Lightning
