@@ -5,7 +5,7 @@ flags from their specs (``ddpimg.train.tasks``), the strategies from theirs: the
 repeats no number. Building it imports neither torch nor any trainer's code.
 ``train_config`` checks every value and raises a DdpimgError naming the flag, the value and
 a fix; the one check that needs the world size (``--global-batch-size`` divisible by it) is
-``TrainConfig.per_rank_batch``.
+``ddpimg.train.batch.BatchLayout.of``, where the run starts.
 """
 
 from __future__ import annotations

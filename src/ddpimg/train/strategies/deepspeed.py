@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.strategies.base import OptimizerFactory
 
@@ -38,15 +39,15 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
 def deepspeed_config(
-    per_rank_batch: int, world_size: int, zero_stage: int, precision: str, num_parameters: int
+    batch: BatchLayout, zero_stage: int, precision: str, num_parameters: int
 ) -> dict[str, Any]:
     """The DeepSpeed config dict for these flags and a model of ``num_parameters``."""
     # ZeRO-1/2 allocate a whole bucket every step, and deterministic mode fills new memory,
     # so a bucket far larger than the model costs seconds per step on the CPU.
     bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters)
     return {
-        "train_batch_size": per_rank_batch * world_size,
-        "train_micro_batch_size_per_gpu": per_rank_batch,
+        "train_batch_size": batch.global_size,
+        "train_micro_batch_size_per_gpu": batch.per_rank,
         "gradient_accumulation_steps": 1,
         "zero_optimization": {
             "stage": zero_stage,
@@ -69,9 +70,9 @@ class DeepSpeedStrategy:
     name = "deepspeed"
     reshards_on_load = False
 
-    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> None:
         self.ctx = ctx
-        self.per_rank_batch = config.per_rank_batch(ctx.world_size)
+        self.batch = batch
         self.zero_stage = config.zero_stage
         self.precision = config.precision
         self._engine: Any = None
@@ -111,8 +112,7 @@ class DeepSpeedStrategy:
             else None
         )
         config = deepspeed_config(
-            self.per_rank_batch,
-            self.ctx.world_size,
+            self.batch,
             self.zero_stage,
             self.precision,
             sum(parameter.numel() for parameter in model.parameters()),
