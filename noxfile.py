@@ -4,6 +4,7 @@
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
+    nox -s docs                the documentation site (docs/, mkdocs.yml) into site/
     nox -s bench               benchmarks: vs plain PyTorch loops, overheads, scale, the image
     nox -s gpu-runbook         the GPU runbook (on a GPU machine; -- --dry-run on the CPU)
     nox -s tests -- -k slurm   arguments after ``--`` go to pytest (or to ``train`` for demo)
@@ -88,11 +89,25 @@ def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
 
 @nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """Check style and types: ruff check, ruff format --check, mypy (strict)."""
+    """Check style, types and the docs: ruff check, ruff format --check, mypy (strict), and
+    mkdocs build --strict (every link and anchor of docs/ resolves; no network needed)."""
     bin_dir = _stack(session)
     session.run(str(bin_dir / "ruff"), "check", ".", external=True)
     session.run(str(bin_dir / "ruff"), "format", "--check", ".", external=True)
     session.run(str(bin_dir / "mypy"), external=True)
+    with tempfile.TemporaryDirectory(prefix="ddpimg-docs-") as site_dir:
+        _build_docs(session, bin_dir, site_dir)
+
+
+@nox.session(default=False, venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs.yml: docs/) into site/, strictly."""
+    _build_docs(session, _stack(session), "site")
+
+
+def _build_docs(session: nox.Session, bin_dir: Path, site_dir: str) -> None:
+    mkdocs = str(bin_dir / "mkdocs")
+    session.run(mkdocs, "build", "--strict", "--site-dir", site_dir, external=True)
 
 
 @nox.session

@@ -24,6 +24,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpimg.runtime.context import DistContext
+from ddpimg.runtime.device import rank_cpu_share
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.sharding import BatchPlan
@@ -69,8 +71,10 @@ def main() -> None:
         device=torch.device("cpu"),
         backend="gloo",
         timeout_s=600.0,
+        cpu_share=rank_cpu_share(1, rank_is_task=False),
+        cpu_threads_from_share=False,
     )
-    task = TRAINERS[config.trainer].factory(config, ctx)
+    task = TRAINERS[config.trainer].factory(config, ctx, BatchLayout.of(config, 1))
     train_set, _ = task.datasets()
     steps = tuple(slice(step * batch, (step + 1) * batch) for step in range(args.steps))
     plan = BatchPlan(None, torch.arange(len(train_set)), steps)

@@ -363,6 +363,7 @@ def ours(root: Path, train: bool) -> Rate:
     import torch
 
     from ddpimg.data.sources import open_splits, prepare
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
     from ddpimg.train.tasks.resnet.stream import EVAL, TRAIN, ImageStream, SplitView
 
@@ -379,7 +380,7 @@ def ours(root: Path, train: bool) -> Rate:
             channels_last=False,
         )
         if train:
-            shard = TrainShard(len(train_source), LOADER_BATCH, rank=0, world_size=1)
+            shard = TrainShard(len(train_source), BatchLayout(LOADER_BATCH, 1), rank=0)
             order = epoch_order(len(train_source), seed=0, epoch=1)
             batches = stream.batches(TRAIN, shard.plan(order, 1, 0, shard.steps_per_epoch))
         else:

@@ -77,7 +77,8 @@ def facts() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "disk_free_gib": round(shutil.disk_usage(os.getcwd()).free / 2**30, 1),
         "shm_gib": None if shm is None else round(shm.total / 2**30, 1),
-        # What ddpimg's clean environment would act on (README "host torch imported").
+        # What ddpimg's clean environment would act on (docs/troubleshooting.md, "host
+        # torch imported").
         "env": {name: os.environ.get(name) for name in ("LD_LIBRARY_PATH", "PYTHONPATH")},
     }
 

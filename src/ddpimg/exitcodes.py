@@ -1,4 +1,5 @@
-"""Exit statuses of ``train`` and ``ddpimg``, documented in README.md ("Exit statuses").
+"""Exit statuses of ``train`` and ``ddpimg``, documented in docs/checkpoints-and-failures.md
+("Exit statuses").
 
 The only place that maps an outcome to a number: the CLI's exit status and the one rank 0
 records in manifest.json both come from ``for_error``.

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 REPOSITORY = "ddpimg"
-# The kind whose SIF carries no kind in its name: the image README.md builds first.
+# The kind whose SIF carries no kind in its name: the image docs/containers.md builds first.
 DEFAULT_KIND = "gpu"
 _TAG = re.compile(rf"{REPOSITORY}:(?P<kind>[a-z0-9]+)(?:-(?P<variant>[a-z0-9][a-z0-9-]*))?\Z")
 

@@ -2,7 +2,7 @@
 
     environment -> topology -> site profile -> plan
 
-Precedence, documented once (README "Precedence"): a command-line flag > a ``DDPIMG_*``
+Precedence, documented once (docs/launchers.md, "Precedence"): a command-line flag > a ``DDPIMG_*``
 variable > a variable the user already exported > the site profile > the built-in default.
 MASTER_ADDR and MASTER_PORT follow the same order: an explicit value (torchrun's, or one the
 user exported) is taken as it is; otherwise the address is the first node of the job after the

@@ -11,6 +11,7 @@ import pytest
 
 from ddpimg.cli.train_options import add_training_arguments, train_config
 from ddpimg.errors import DdpimgError
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.strategies import strategy_for
 from ddpimg.train.tasks import TRAINERS, trainer_for
@@ -157,39 +158,6 @@ def test_unknown_strategy_is_named() -> None:
         strategy_for(TrainConfig(strategy="horovod"))
 
 
-@pytest.mark.parametrize(
-    ("argv", "world_size", "per_rank"),
-    [
-        ([], 1, 64),
-        ([], 8, 64),
-        (["--batch-size", "3"], 5, 3),
-        (["--global-batch-size", "64"], 1, 64),
-        (["--global-batch-size", "64"], 4, 16),
-        (["--global-batch-size", "64"], 64, 1),
-    ],
-)
-def test_per_rank_batch(argv: list[str], world_size: int, per_rank: int) -> None:
-    assert parse(*argv).per_rank_batch(world_size) == per_rank
-
-
-@pytest.mark.parametrize(
-    ("global_batch", "world_size", "message"),
-    [
-        (
-            100,
-            3,
-            r"--global-batch-size 100 is not divisible by the world size 3\n"
-            r"  hint: use a multiple of 3 \(e.g. 99 or 102\), or --batch-size N",
-        ),
-        (2, 4, r"--global-batch-size 2 is not divisible by the world size 4\n.*\(e.g. 4\)"),
-    ],
-)
-def test_global_batch_must_divide(global_batch: int, world_size: int, message: str) -> None:
-    config = parse("--global-batch-size", str(global_batch))
-    with pytest.raises(DdpimgError, match=message):
-        config.per_rank_batch(world_size)
-
-
 def test_to_json_is_json() -> None:
     config = parse("--out", "runs/x", "--global-batch-size", "32")
     restored = json.loads(json.dumps(config.to_json()))
@@ -280,7 +248,7 @@ def test_gpt_sizes_are_the_models() -> None:
     ("trainer", "per_rank"), [("mnist", 64), ("toy", 64), ("resnet", 32), ("gpt", 8)]
 )
 def test_default_batch_is_the_trainers(trainer: str, per_rank: int) -> None:
-    assert parse(trainer).per_rank_batch(4) == per_rank
+    assert BatchLayout.of(parse(trainer), 4).per_rank == per_rank
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,12 @@
 in the middle, the wait for its first checkpoint, and the checks of what the surviving
 ranks say, the exit statuses and the time the whole run took to end.
 
-The README's bound (every process gone within --timeout + 20 s of the stall, plus the step
-under way and the time to exit) is made of the program's own timers, and those are what is
-checked: the survivors give up between --timeout and --timeout + grace after the stopped
-rank's last report (check_named), its sentinel kills it once it has not run for --timeout +
-grace (check_sentinel). The whole run's time to end is only guarded against a hang
-(check_bound): exiting is work a busy machine does slowly, and no verdict here is the
+The documented bound (docs/checkpoints-and-failures.md: every process gone within --timeout +
+20 s of the stall, plus the step under way and the time to exit) is made of the program's own
+timers, and those are what is checked: the survivors give up between --timeout and --timeout +
+grace after the stopped rank's last report (check_named), its sentinel kills it once it has not
+run for --timeout + grace (check_sentinel). The whole run's time to end is only guarded against
+a hang (check_bound): exiting is work a busy machine does slowly, and no verdict here is the
 machine's speed."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.integration.runs import read_metrics
 TIMEOUT_S = 10
 LIMITS = StallLimits.for_timeout(TIMEOUT_S, "gloo")
 # A hang guard on the whole stall, from the stop to the last process's exit: 5x the 18-19 s
-# it took on a 2-core machine (README's "tested" figure).
+# it took on a 2-core machine (the page's "tested" figure).
 STALL_HANG_GUARD_S = 5 * 19
 STALL_TRAIN = [
     "--data", "synthetic", "--epochs", "1", "--log-every", "1", "--global-batch-size", "64",

@@ -1,7 +1,8 @@
 """Chaos: a 2-rank run with checkpoints is hit several times, at random steps, by a random
 fault, and each time the same command runs again (``--resume auto``, the default). In the
 end the losses are those of an uninterrupted run, no corrupt checkpoint was ever loaded,
-and every intermediate exit status is one README's "Exit statuses" table documents.
+and every intermediate exit status is one that the "Exit statuses" table of
+docs/checkpoints-and-failures.md documents.
 
 Faults: SIGKILL of a random rank; SIGSTOP of a random rank (its sentinel kills it, the other
 names it); SIGTERM to the launcher (preemption: checkpoint, exit 75); the disk filling up
@@ -44,7 +45,7 @@ RUN = [
 ]  # fmt: skip
 FAULTS = ("kill", "stop", "term", "disk", "corrupt")
 FAULT_COUNT = 3
-README = Path(__file__).resolve().parents[2] / "README.md"
+STATUS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "checkpoints-and-failures.md"
 # Hang guards (a run takes about 15 s here, a SIGSTOP about 20 s more).
 RUN_GUARD_S = 300.0
 MAX_ATTEMPTS = 4
@@ -69,8 +70,8 @@ def resize(mount: Path, size: str) -> None:
 
 
 def documented_statuses() -> set[int]:
-    """The statuses of README's "Exit statuses" table."""
-    section = README.read_text().split("## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
+    """The statuses of the documented "Exit statuses" table."""
+    section = STATUS_PAGE.read_text().split("## Exit statuses\n", 1)[1].split("\n## ", 1)[0]
     return {int(status) for status in re.findall(r"^\| `(\d+)` \|", section, re.MULTILINE)}
 
 

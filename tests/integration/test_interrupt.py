@@ -6,7 +6,8 @@ Ctrl-C is SIGINT to the terminal's foreground process group: the test starts the
 in a session of its own and signals that group, once the run has logged its first steps.
 Under srun the group holds srun alone (slurmstepd starts the ranks): with ``-X``
 (``--disable-status``) srun forwards that one SIGINT to every task (srun(1)); without it,
-the first Ctrl-C only prints the tasks' state and the second kills them (README, exit 130).
+the first Ctrl-C only prints the tasks' state and the second kills them
+(docs/checkpoints-and-failures.md, exit 130).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import torch
 from ddpimg.cli import build_parser
 from ddpimg.cli.train_options import train_config
 from ddpimg.runtime.context import DistContext
+from ddpimg.runtime.device import rank_cpu_share
 from ddpimg.train import run_training
 from tests.integration.runs import read_metrics
 from tests.integration.test_trainers import COMMON, TRAINERS
@@ -69,7 +70,8 @@ def _train_all(rank: int, world_size: int, root: str, straight: bool) -> None:
     ctx = DistContext(
         rank=rank, world_size=world_size, local_rank=rank, local_world_size=world_size,
         node_rank=0, num_nodes=1, device=torch.device("cpu"), backend="gloo",
-        timeout_s=120.0, run_info={"source": "test"},
+        timeout_s=120.0, cpu_share=rank_cpu_share(world_size, rank_is_task=False),
+        cpu_threads_from_share=False, run_info={"source": "test"},
     )  # fmt: skip
     parser = build_parser("train")
     steps = BEFORE if world_size == 2 else AFTER

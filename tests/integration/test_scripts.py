@@ -68,7 +68,7 @@ HOST = socket.gethostname().split(".")[0]
 SAME_SUMS = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS)
 STALL_AT = 12  # the continued run's step at which rank 1 is stopped
 LIMITS = StallLimits.for_timeout(TIMEOUT_S, "gloo", script=True)
-# A hang guard on a stalled run, not a verdict: README's bound is --timeout + 20 s (30 s);
+# A hang guard on a stalled run, not a verdict: the documented bound is --timeout + 20 s (30 s);
 # the programs' own reports (the verdict, the sentinel) prove the timing.
 STALL_GUARD_S = 5 * (TIMEOUT_S + 20)
 
@@ -196,8 +196,8 @@ def check_named(stderr: str, victim_pid: int) -> None:
 def check_ended(launcher: str, code: int, stderr: str, victim_pid: int) -> None:
     """How each launcher ends the step. torch's agent and srun leave the stopped rank to its
     sentinel, which kills it once it has not run for its limit; torch's agent then returns
-    the survivor's 5, srun the highest status, the killed task's 137 (README: the job
-    script requeues on both). mpirun ends the stopped rank itself (SIGCONT, SIGTERM) as soon
+    the survivor's 5, srun the highest status, the killed task's 137 (docs/sbatch.md:
+    the job script requeues on both). mpirun ends the stopped rank itself (SIGCONT, SIGTERM) as soon
     as rank 0 has exited, and returns rank 0's 5."""
     expected = {"torchrun": exitcodes.RANK_LOST, "srun": 128 + signal.SIGKILL}
     assert code == expected.get(launcher, exitcodes.RANK_LOST), stderr[-4000:]

@@ -1,6 +1,7 @@
 """What srun returns when one task of a step is killed by SIGKILL (the out-of-memory killer,
-a rank's sentinel): measured on the real Slurm of the test cluster, so that README's exit
-status table and the requeue logic of the job scripts rest on a fact, not on a guess."""
+a rank's sentinel): measured on the real Slurm of the test cluster, so that the exit status
+table of docs/checkpoints-and-failures.md and the requeue logic of the job scripts rest on
+a fact, not on a guess."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The launch lines of the origin tutorials run ``train`` unchanged, each under the real
-launcher, 2 ranks on the CPU, and give one process's losses (README "Coming from a
+launcher, 2 ranks on the CPU, and give one process's losses (docs/launchers.md "Coming from a
 tutorial"). The two-node helper-script pattern is in tests/multinode/test_tutorial_launchers.py.
 """
 
@@ -61,7 +61,7 @@ def test_deepspeed_launcher_matches_one_process(
 ) -> None:
     # DeepSpeed's launcher passes --local_rank=N and exports RANK, WORLD_SIZE, LOCAL_RANK,
     # LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT: the env:// source. (Its
-    # workers under --strategy deepspeed: the next test, README's form.)
+    # workers under --strategy deepspeed: the next test, the documented form.)
     cmd = [*deepspeed_launcher(free_port()), command("train"), "--strategy", "ddp"]
     run([*cmd, *QUICK_TRAIN, "--out", str(tmp_path)], deepspeed_env, timeout=600)
     check_run(tmp_path, reference, world_size=2)
@@ -73,7 +73,7 @@ def test_deepspeed_launcher_matches_one_process(
 def test_deepspeed_launcher_runs_ddpimg_as_a_module(
     tmp_path: Path, deepspeed_env: dict[str, str], reference: list[float]
 ) -> None:
-    """README's form for containers: no path of train for the host's shell to look up
+    """The documented form for containers: no path of train for the host's shell to look up
     (`--module`), and no --local_rank argument in front of ddpimg's command
     (`--no_local_rank`: LOCAL_RANK comes from the environment)."""
     module = ["--no_local_rank", "--module", "ddpimg", "train", "--strategy", "deepspeed"]

@@ -1,7 +1,7 @@
 """A stock Python image that is not ddpimg's, for tests/multinode/test_site_image.py: Debian
 12 (debootstrap, no registry) with CPU torch installed into its Python, imported into
-podman-hpc's store; then ddpimg installed into it the documented way (README: "ddpimg in a
-site's own image"): a venv made with --system-site-packages over the image's Python.
+podman-hpc's store; then ddpimg installed into it the documented way (docs/containers.md:
+"ddpimg in a site's own image"): a venv made with --system-site-packages over the image's Python.
 
 torch is the CPU build the machine's pip finds (its configured indexes and wheel
 directories), installed from outside into the image's own site-packages directory: Debian's
@@ -59,7 +59,7 @@ def remove_store(env: dict[str, str]) -> None:
 
 
 def install_ddpimg(env: dict[str, str], venv: Path, dist: Path) -> None:
-    """ddpimg into ``venv`` over the image's Python: README's one command, with podman-hpc."""
+    """ddpimg into ``venv`` over the image's Python: the documented command, with podman-hpc."""
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
           "-w", str(dist), str(REPO)], PIP_TIMEOUT_S)  # fmt: skip
     wheel = next(dist.glob("ddpimg-*.whl"))

@@ -41,7 +41,7 @@ def test_cpus_per_rank(
         affinity=affinity,
         machine=64,
         local_world_size=local,
-        ranks_are_slurm_tasks=slurm_tasks,
+        rank_is_task=slurm_tasks,
     )
     assert share == CpuShare(*expected)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ddpimg.errors import LauncherError
+from ddpimg.runtime.cpus import cpu_share
 from ddpimg.runtime.device import choose_cuda_index, cpu_threads
 
 
@@ -79,4 +80,11 @@ def test_gpus_per_node_must_be_tasks_times_gpus_per_replica(
 def test_cpu_threads(
     affinity: int, node_cpus: int, local_world_size: int, env: dict[str, str], expected: int | None
 ) -> None:
-    assert cpu_threads(affinity, node_cpus, local_world_size, env) == expected
+    share = cpu_share(
+        env,
+        affinity=affinity,
+        machine=node_cpus,
+        local_world_size=local_world_size,
+        rank_is_task=False,
+    )
+    assert cpu_threads(share, env) == expected

@@ -1,4 +1,4 @@
-"""Which flight-recorder variables a rank gets, and who wins (README "Precedence")."""
+"""Which flight-recorder variables a rank gets, and who wins (docs/launchers.md, "Precedence")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The tables of shipped profiles in README.md and site-profiles/README.md, generated from the
-profiles themselves (test_catalog.py fails when a README drifts from them; regenerate with
-``DDPIMG_UPDATE_GOLDEN=1 python -m pytest tests/site``)."""
+"""The tables of shipped profiles, generated from the profiles themselves: the full one in
+docs/sites.md and site-profiles/README.md, a line per site in README.md (test_catalog.py fails
+when a page drifts from them; regenerate with ``DDPIMG_UPDATE_GOLDEN=1 python -m pytest
+tests/site``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from ddpimg.site.model import SiteProfile
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "site-profiles"
 README = REPO / "README.md"
+SITES_PAGE = REPO / "docs" / "sites.md"
 PROFILES_README = PROFILES / "README.md"
 REGION = "site-table"
+SUMMARY_REGION = "site-summary"
+# Where README's site column links: the site's rendered job (docs/sbatch-examples.md has a
+# section per profile, tests/jobs/examples.py).
+EXAMPLES_LINK = "docs/sbatch-examples.md#{name}"
 # Real sites first, in the order people look for them; the fallbacks last.
 FALLBACKS = ("generic", "local")
 
@@ -64,7 +70,7 @@ def _status(profile: SiteProfile) -> str:
 
 
 def readme_table() -> str:
-    """README.md's table: how each site runs the image."""
+    """The full table (docs/sites.md, site-profiles/README.md): how each site runs the image."""
     rows = [
         "| site | profile | runtime | image (flavour) | GPUs per node | master; interfaces "
         "| fabric | status |",
@@ -75,5 +81,21 @@ def readme_table() -> str:
             f"| {_site(profile)} | `{profile.name}` | {profile.container.runtime or '-'} "
             f"| {_image(profile)} | {_gpus(profile)} | {_network(profile)} "
             f"| {profile.fabric.transport or '-'} | {_status(profile)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def summary_table() -> str:
+    """README.md's table: a line per site, its name linking to the site's rendered job."""
+    rows = [
+        "| site | profile | runtime | image (flavour) | GPUs per node | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for profile in profiles():
+        link = EXAMPLES_LINK.format(name=profile.name)
+        rows.append(
+            f"| [{_site(profile)}]({link}) | `{profile.name}` "
+            f"| {profile.container.runtime or '-'} | {_image(profile)} | {_gpus(profile)} "
+            f"| {_status(profile)} |"
         )
     return "\n".join(rows) + "\n"

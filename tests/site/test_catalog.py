@@ -1,4 +1,4 @@
-"""The READMEs' tables of shipped profiles are the profiles' own data (tests/site/catalog.py)."""
+"""The pages' tables of shipped profiles are the profiles' own data (tests/site/catalog.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,35 @@ from pathlib import Path
 import pytest
 
 from tests.golden import check_or_update_region
-from tests.site.catalog import PROFILES_README, README, REGION, profiles, readme_table
+from tests.site.catalog import (
+    PROFILES_README,
+    README,
+    REGION,
+    REPO,
+    SITES_PAGE,
+    SUMMARY_REGION,
+    profiles,
+    readme_table,
+    summary_table,
+)
 
 
-@pytest.mark.parametrize("path", [README, PROFILES_README], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [SITES_PAGE, PROFILES_README], ids=lambda p: p.name)
 def test_site_table_is_generated_from_the_profiles(path: Path) -> None:
     check_or_update_region(path, REGION, readme_table())
+
+
+def test_readmes_line_per_site_is_generated_from_the_profiles() -> None:
+    check_or_update_region(README, SUMMARY_REGION, summary_table())
+
+
+def test_each_site_links_to_its_rendered_job() -> None:
+    examples = (REPO / "docs" / "sbatch-examples.md").read_text(encoding="utf-8")
+    rows = summary_table().splitlines()[2:]
+    assert len(rows) == len(profiles())
+    for profile, row in zip(profiles(), rows, strict=True):
+        assert f"(docs/sbatch-examples.md#{profile.name}) | `{profile.name}` |" in row
+        assert f"\n## {profile.name}\n" in examples, profile.name
 
 
 def test_the_table_has_a_row_per_profile_with_its_runtime_and_status() -> None:

@@ -1,6 +1,7 @@
 """The capabilities a topology carries, which the plan and the runtime read instead of
-testing launcher names: whether rank 0 can publish its address over MPI, and whether every
-rank runs on this machine."""
+testing launcher names: whether rank 0 can publish its address over MPI, whether every
+rank runs on this machine, and whether each rank is a task of the batch system (which then
+owns the task's CPUs)."""
 
 from __future__ import annotations
 
@@ -15,24 +16,26 @@ from tests.topology import envs
 
 
 @pytest.mark.parametrize(
-    ("env", "source", "master_via_mpi", "all_local"),
+    ("env", "source", "master_via_mpi", "all_local", "rank_is_task"),
     [
-        (envs.SHELL, "single", False, True),
-        (envs.torchrun(1, nnodes=1), "torchrun", False, True),
-        (envs.torchrun(1, nnodes=2), "torchrun", False, False),
-        (envs.deepspeed_launcher(1), "env", False, False),
-        (envs.srun(1), "slurm", False, False),
-        (envs.ompi(1), "openmpi", True, False),
-        (envs.srun(1) | {"PMI_RANK": "1", "PMI_SIZE": "4"}, "mpich", True, False),
+        (envs.SHELL, "single", False, True, False),
+        (envs.torchrun(1, nnodes=1), "torchrun", False, True, False),
+        (envs.torchrun(1, nnodes=2), "torchrun", False, False, False),
+        (envs.deepspeed_launcher(1), "env", False, False, False),
+        (envs.srun(1), "slurm", False, False, True),
+        (envs.ompi(1), "openmpi", True, False, False),
+        # MPI ranks that srun started: each is a Slurm task all the same.
+        (envs.srun(1) | {"PMI_RANK": "1", "PMI_SIZE": "4"}, "mpich", True, False, True),
     ],
     ids=["shell", "torchrun-1-node", "torchrun-2-nodes", "deepspeed", "srun", "mpirun", "srun-pmi"],
 )
 def test_each_source_states_its_capabilities(
-    env: dict[str, str], source: str, master_via_mpi: bool, all_local: bool
+    env: dict[str, str], source: str, master_via_mpi: bool, all_local: bool, rank_is_task: bool
 ) -> None:
     topology = resolve_topology(env)
     assert topology.source == source
     assert (topology.master_via_mpi, topology.all_local) == (master_via_mpi, all_local)
+    assert topology.rank_is_task == rank_is_task
 
 
 def test_only_an_all_local_job_falls_back_to_the_loopback() -> None:

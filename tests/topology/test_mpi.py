@@ -203,6 +203,7 @@ def test_ranks_started_by_srun_take_hosts_from_the_step(
         job_key="4242.0",
         job_id="4242",
         master_via_mpi=True,
+        rank_is_task=True,
     )
 
 

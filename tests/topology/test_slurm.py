@@ -51,6 +51,7 @@ def test_each_task_of_two_by_two_step(procid: int, local_rank: int, node_rank: i
         master_port=None,
         job_key="4242.0",
         job_id="4242",
+        rank_is_task=True,
     )
 
 

@@ -14,6 +14,7 @@ import torch
 
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.loop import Summary, Trainer
 from ddpimg.train.outputs import RunRecorder
@@ -27,7 +28,10 @@ from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 def run(config: TrainConfig, ctx: DistContext) -> tuple[Summary, list[dict[str, Any]]]:
     """Train with rank 0's real recorder; returns the summary and the metrics lines."""
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = Trainer(config, ctx, MnistTask(config, ctx), DdpStrategy(config, ctx), recorder).run()
+    batch = BatchLayout.of(config, ctx.world_size)
+    summary = Trainer(
+        config, ctx, MnistTask(config, ctx), DdpStrategy(config, ctx), recorder, batch=batch
+    ).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return summary, [json.loads(line) for line in lines]
@@ -123,7 +127,8 @@ def test_evaluate_matches_an_unsharded_computation(
 ) -> None:
     config = make_config(eval_samples=1500)
     task = MnistTask(config, ctx)
-    trainer = Trainer(config, ctx, task, DdpStrategy(config, ctx), None)
+    batch = BatchLayout.of(config, 1)
+    trainer = Trainer(config, ctx, task, DdpStrategy(config, ctx), None, batch=batch)
     loss, accuracy = trainer.evaluate()
     model = trainer.model
     with torch.no_grad():
@@ -147,7 +152,8 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
     config = make_config(eval_samples=2)
     rank0_of_4 = replace(ctx, world_size=4)
     task = MnistTask(config, rank0_of_4)
-    trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None)
+    batch = BatchLayout.of(config, 4)
+    trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None, batch=batch)
     assert [where.stop - where.start for where in EvalShard(2, 1000, 0, 4).plan().slices] == [0]
     with pytest.raises(RuntimeError, match=r"^the ranks evaluated 0 samples of a set of 2$"):
         trainer.evaluate()

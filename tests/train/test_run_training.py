@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,15 @@ def test_failure_is_recorded_in_the_manifest(
     assert manifest["exit_status"] == 2
     assert "do not fill one global batch" in manifest["error"]
     assert manifest["ended_utc"]
+
+
+def test_an_uneven_global_batch_fails_before_anything_is_written(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    config = make_config(out=tmp_path / "run", batch_size=None, global_batch_size=9)
+    with pytest.raises(DdpimgError, match=r"--global-batch-size 9 is not divisible by the world"):
+        run_training(config, replace(ctx, world_size=2))
+    assert not config.out.exists()
 
 
 def test_a_new_run_replaces_the_metrics(

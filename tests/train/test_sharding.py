@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
 
 
@@ -21,7 +22,7 @@ def test_epoch_order_is_a_permutation_fixed_by_seed_and_epoch() -> None:
 def test_steps_per_epoch_drops_the_incomplete_global_batch(
     num_samples: int, global_batch: int, steps: int
 ) -> None:
-    assert TrainShard(num_samples, global_batch, rank=0, world_size=1).steps_per_epoch == steps
+    assert TrainShard(num_samples, BatchLayout(global_batch, 1), rank=0).steps_per_epoch == steps
 
 
 @pytest.mark.parametrize(("world_size", "global_batch"), [(2, 12), (3, 12), (4, 12), (12, 12)])
@@ -29,9 +30,11 @@ def test_rank_slices_together_are_the_single_process_batch(
     world_size: int, global_batch: int
 ) -> None:
     order = epoch_order(100, seed=7, epoch=3)
-    single = TrainShard(100, global_batch, rank=0, world_size=1)
+    single = TrainShard(100, BatchLayout(global_batch, 1), rank=0)
     per_rank = global_batch // world_size
-    shards = [TrainShard(100, per_rank, rank, world_size) for rank in range(world_size)]
+    shards = [
+        TrainShard(100, BatchLayout(per_rank, world_size), rank) for rank in range(world_size)
+    ]
     assert {shard.steps_per_epoch for shard in shards} == {single.steps_per_epoch}
     for step in range(single.steps_per_epoch):
         joined = torch.cat([shard.rows(order, step) for shard in shards])
@@ -41,7 +44,7 @@ def test_rank_slices_together_are_the_single_process_batch(
 
 def test_an_epoch_visits_each_sample_at_most_once() -> None:
     order = epoch_order(50, seed=1, epoch=1)
-    shards = [TrainShard(50, 4, rank, 3) for rank in range(3)]
+    shards = [TrainShard(50, BatchLayout(4, 3), rank) for rank in range(3)]
     seen = [i for s in shards for step in range(s.steps_per_epoch) for i in s.rows(order, step)]
     assert len(seen) == 48
     assert len(set(int(i) for i in seen)) == 48

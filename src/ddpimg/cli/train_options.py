@@ -5,7 +5,7 @@ flags from their specs (``ddpimg.train.tasks``), the strategies from theirs: the
 repeats no number. Building it imports neither torch nor any trainer's code.
 ``train_config`` checks every value and raises a DdpimgError naming the flag, the value and
 a fix; the one check that needs the world size (``--global-batch-size`` divisible by it) is
-``TrainConfig.per_rank_batch``.
+``ddpimg.train.batch.BatchLayout.of``, where the run starts.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_observability_arguments(parser: argparse.ArgumentParser) -> None:
-    """Tracker and profiler flags (README: "Trackers and profiling")."""
+    """Tracker and profiler flags (docs/usage.md: "Trackers and profiling")."""
     group = parser.add_argument_group("trackers and profiling")
     group.add_argument(
         "--log-to",
@@ -211,7 +211,7 @@ def add_observability_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    """Checkpoint, resume and preemption flags (README: "Checkpoints and preemption")."""
+    """Checkpoint, resume and preemption flags (docs/checkpoints-and-failures.md)."""
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(
         "--checkpoint-every",

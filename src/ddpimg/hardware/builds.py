@@ -65,7 +65,7 @@ class TorchBuild:
     ptx_arch: Arch | None  # the PTX that newer GPUs' drivers could JIT-compile; None: none
     min_driver: int | None  # the oldest driver branch (major) it supports; None: not NVIDIA
     # What `nox -s image -- gpu --torch LOCK` tags. The rocm flavour's tag names the image
-    # LUMI needs (README, `ddpimg sbatch`) although no lock can build it here yet.
+    # LUMI needs (docs/sites.md, LUMI) although no lock can build it here yet.
     image_tag: str
     machine: Literal["x86_64", "aarch64"] = "x86_64"  # platform.machine() of the image's CPU
 

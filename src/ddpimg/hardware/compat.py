@@ -178,14 +178,14 @@ def suggest_build(gpu: GpuInfo, builds: Mapping[str, TorchBuild]) -> str:
     fitting = [b for b in builds.values() if build_fits(b, gpu)]
     if not fitting:
         return (
-            f"no image flavour of this project fits {gpu.name}; see README.md "
-            "(Cluster recipes) for which flavour each site needs"
+            f"no image flavour of this project fits {gpu.name}; see docs/sites.md "
+            "for which flavour each site needs"
         )
     best = fitting[0]
     if best.vendor == "amd":
         return (
             f"use the {best.name} image {best.image_tag}: AMD GPUs (LUMI) need a ROCm build of "
-            "torch, which this project cannot build yet (README.md, LUMI)"
+            "torch, which this project cannot build yet (docs/sites.md, LUMI)"
         )
     return f"use the {best.name} image {best.image_tag}"
 

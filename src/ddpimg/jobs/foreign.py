@@ -3,7 +3,7 @@
 A site's own PyTorch container (LUMI's AI containers with RCCL and the libfabric plugin, NGC
 images at CSCS) keeps the vendor's stack; ddpimg, a pure-Python package, is installed beside
 it once, into a virtual environment made with ``--system-site-packages`` over the image's
-Python (README: "ddpimg in a site's own image"). The job then:
+Python (docs/containers.md: "ddpimg in a site's own image"). The job then:
 
 - binds DIR into the container at its own path (with the other binds) and starts
   ``DIR/bin/train`` (``DIR/bin/ddpimg``) instead of the image's ``train``;
@@ -75,8 +75,8 @@ def check_foreign(spec: JobSpec, site_image: bool) -> list[Finding]:
                     ERROR,
                     f"the site's image {spec.image} is the site's own PyTorch container, "
                     "which does not carry ddpimg",
-                    "install ddpimg for it once and pass --ddpimg-from DIR (README: ddpimg "
-                    "in a site's own image), or --image a ddpimg image",
+                    "install ddpimg for it once and pass --ddpimg-from DIR (docs/containers.md: "
+                    "ddpimg in a site's own image), or --image a ddpimg image",
                 )
             ]
         return []

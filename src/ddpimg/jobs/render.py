@@ -23,10 +23,11 @@ import textwrap
 from ddpimg import exitcodes
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
-from ddpimg.jobs.directives import SINGLE_QUOTED, TRAP_HANDLER
+from ddpimg.jobs.directives import SINGLE_QUOTED
 from ddpimg.jobs.foreign import entry_point, keep_words, srun_word, wrapper_lines
 from ddpimg.jobs.runtimes import invocation
 from ddpimg.jobs.spec import JobSpec, counted
+from ddpimg.jobs.template import JOB_BODY, fill_template
 from ddpimg.site.model import Limits, SiteProfile
 
 INDENT = "    "
@@ -189,113 +190,41 @@ def _unset_lines(profile: SiteProfile) -> list[str]:
 
 
 def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
-    return [
-        "# No `set -e`: `wait` returns non-zero when a signal arrives, and the script must go",
-        "# on to pass the signal to the step and decide about the requeue.",
-        "set -uo pipefail",
-        "",
-        f"MAX_RESTARTS={spec.max_restarts}",
-        "# train's exit statuses (ddpimg.exitcodes): checkpointed on USR2 or TERM; a rank lost",
-        "# (stopped, dead, failed) and the others gave up on it.",
-        f"PREEMPTED={exitcodes.PREEMPTED}",
-        f"RANK_LOST={exitcodes.RANK_LOST}",
-        "",
-        'echo "ddpimg: job ${SLURM_JOB_ID}, restart ${SLURM_RESTART_COUNT:-0}, '
-        'nodes ${SLURM_JOB_NODELIST}" >&2',
-        "",
-        'step_pid=""',
-        "interrupted=0",
-        "cancelled=0",
-        TRAP_HANDLER,
-        "forward_usr2() {",
-        "    interrupted=1",
-        '    echo "ddpimg: USR2, time limit near: the training step checkpoints and stops" >&2',
-        "    # srun passes the signal on to every task of its step.",
-        '    if [ -n "$step_pid" ]; then kill -USR2 "$step_pid"; fi',
-        "}",
-        TRAP_HANDLER,
-        "note_term() {",
-        "    interrupted=1",
-        "    cancelled=1",
-        "    # Slurm signals the step itself when it cancels or preempts the job (and requeues",
-        "    # it itself if it preempted it): only keep waiting, so the checkpoint gets written.",
-        '    echo "ddpimg: TERM, job cancelled or preempted: waiting for the step" >&2',
-        "}",
-        "trap forward_usr2 USR2",
-        "trap note_term TERM",
-        "",
-        *_unset_lines(profile),
-        *_module_lines(profile),
-        *wrapper_lines(spec),
-        *staging_lines(spec),
-        *_step(spec, profile),
-        "step_pid=$!",
-        "",
-        "# A trapped signal ends `wait` early (status 128+signal) while the step still runs.",
-        "while :; do",
-        "    interrupted=0",
-        '    wait "$step_pid"',
-        "    status=$?",
-        '    if [ "$interrupted" -eq 0 ] || [ "$status" -le 128 ]; then',
-        "        break",
-        "    fi",
-        "done",
-        "",
-        *cleanup_lines(spec),
-        *_lost_lines(spec),
-        "# Preempted (checkpoint written) or a rank lost: requeue, so the job resumes from its",
-        "# last checkpoint, at most MAX_RESTARTS times. An array task is requeued by its own",
-        "# id, <array job id>_<task id>.",
-        'if { [ "$status" -eq "$PREEMPTED" ] || [ "$lost" -eq 1 ]; } '
-        '&& [ "$cancelled" -eq 0 ]; then',
-        "    restarts=${SLURM_RESTART_COUNT:-0}",
-        '    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then',
-        '        job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
-        "    else",
-        '        job="${SLURM_JOB_ID}"',
-        "    fi",
-        '    if [ "$restarts" -ge "$MAX_RESTARTS" ]; then',
-        '        echo "ddpimg: job $job was restarted $restarts times (at most $MAX_RESTARTS):'
-        ' not requeueing; resubmit it to go on from the checkpoint" >&2',
-        "    else",
-        '        echo "ddpimg: requeueing job $job (restart $((restarts + 1)) of'
-        ' $MAX_RESTARTS)" >&2',
-        '        scontrol requeue "$job" && exit 0',
-        '        echo "ddpimg: scontrol requeue $job failed; resubmit it to go on from the'
-        ' checkpoint" >&2',
-        "    fi",
-        "fi",
-        'echo "ddpimg: the training step ended with status $status" >&2',
-        'exit "$status"',
-    ]
+    """The script after its directives: templates/job-body.sh with this job's values and
+    parts filled in."""
+    return fill_template(
+        JOB_BODY,
+        values={
+            "MAX_RESTARTS": str(spec.max_restarts),
+            "PREEMPTED": str(exitcodes.PREEMPTED),
+            "RANK_LOST": str(exitcodes.RANK_LOST),
+        },
+        parts={
+            "STEP": [
+                *_unset_lines(profile),
+                *_module_lines(profile),
+                *wrapper_lines(spec),
+                *staging_lines(spec),
+                *_step(spec, profile),
+            ],
+            "CLEANUP": cleanup_lines(spec),
+            "LOST_FROM_MANIFEST": _lost_from_manifest(spec),
+        },
+    )
 
 
-def _lost_lines(spec: JobSpec) -> list[str]:
-    """Whether a rank was lost: the survivors exit RANK_LOST, but srun reports the highest
-    status of its tasks, 137 when the lost rank was killed (SIGKILL: by its sentinel, the
-    out-of-memory killer); the run's manifest.json then records ``rank_lost``."""
+def _lost_from_manifest(spec: JobSpec) -> list[str]:
+    """srun reports the highest status of its tasks, 137 when the lost rank was killed
+    (SIGKILL: by its sentinel, the out-of-memory killer); a bundled trainer's manifest.json
+    then records ``rank_lost``, which tells that 137 from a crash. A script's run directory
+    is not known here."""
     command = TrainCommand(spec.command)
-    lines = [
-        "# A rank lost: the ranks that gave up on it exit RANK_LOST; srun reports 137 instead",
-        "# when the lost rank was killed (by its sentinel, the out-of-memory killer), and the",
-        "# run's manifest.json says so.",
-        "lost=0",
-        'if [ "$status" -eq "$RANK_LOST" ]; then lost=1; fi',
-    ]
-    if command.kind == TRAIN and not command.script:
-        out = command.option("--out")
-        run = RUN_DIR if out is None else shlex.quote(out)
-        lines.append(
-            f'if [ "$status" -eq 137 ] && grep -qs \'"rank_lost"\' {run}/manifest.json; then '
-            "lost=1; fi"
-        )
+    if command.kind != TRAIN or command.script:
+        return []
+    out = command.option("--out")
+    run = RUN_DIR if out is None else shlex.quote(out)
     return [
-        *lines,
-        'if [ "$lost" -eq 1 ]; then',
-        '    echo "ddpimg: a rank was lost (status $status, the error above names it): the job'
-        ' goes on from its last checkpoint on the nodes Slurm gives it" >&2',
-        "fi",
-        "",
+        f'if [ "$status" -eq 137 ] && grep -qs \'"rank_lost"\' {run}/manifest.json; then lost=1; fi'
     ]
 
 

@@ -65,6 +65,9 @@ def flag_values(given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+Layers = list[tuple[str, Mapping[str, Any]]]
+
+
 def resolve_job(
     profile: SiteProfile,
     flags: Mapping[str, Any],
@@ -79,19 +82,35 @@ def resolve_job(
     for name in flags:
         if name not in FIELD_BY_NAME:
             raise TypeError(f"resolve_job: no job field named {name!r}")
-    site_layer = f"site {profile.name}"
-    site_values = _profile_values(profile.job)
-    if profile.fabric.binds:  # the fabric's host paths come with the site's file systems
-        site_values["binds"] = (*site_values.get("binds", ()), *profile.fabric.binds)
-    if profile.container.runtime:
-        site_values["runtime"] = profile.container.runtime
-    if profile.container.image:
-        site_values["image"] = profile.container.image
-    layers: list[tuple[str, Mapping[str, Any]]] = [(site_layer, site_values)]
+    layers: Layers = [(_site_layer(profile), _site_values(profile))]
     if job_file is not None:
         layers.append((job_file.path, {k: v for k, v in job_file.values.items() if k != "site"}))
     layers.append((FLAG, flags))
+    values, sources = _merge(layers)
+    _check_nodes(values, sources)
+    _derive(values, sources, profile)
+    return JobSpec(site=site or profile.name, sources=tuple(sorted(sources.items())), **values)
 
+
+def _site_layer(profile: SiteProfile) -> str:
+    return f"site {profile.name}"
+
+
+def _site_values(profile: SiteProfile) -> dict[str, Any]:
+    """The site's layer: its [job] keys, its fabric's binds, its container runtime and image."""
+    values = _profile_values(profile.job)
+    if profile.fabric.binds:  # the fabric's host paths come with the site's file systems
+        values["binds"] = (*values.get("binds", ()), *profile.fabric.binds)
+    if profile.container.runtime:
+        values["runtime"] = profile.container.runtime
+    if profile.container.image:
+        values["image"] = profile.container.image
+    return values
+
+
+def _merge(layers: Layers) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every field's value from the highest layer that has it (list fields: every layer's
+    items, once each, in layer order), and the layer each value came from."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for field in FIELDS:
@@ -114,7 +133,10 @@ def resolve_job(
                     check_value(field, item, _where(field, source))
                 values[field.name] = tuple(value) if field.kind is list else value
                 sources[field.name] = source
+    return values, sources
 
+
+def _check_nodes(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     if values["nodes"] == 0:
         raise JobError(
             "the number of nodes is not given",
@@ -127,30 +149,37 @@ def resolve_job(
             hint=f"a range goes MIN-MAX: --nodes {values['nodes']}-{values['min_nodes']}, or "
             f"--min-nodes {values['nodes']} at most",
         )
+
+
+def _derive(values: dict[str, Any], sources: dict[str, str], profile: SiteProfile) -> None:
+    """Fill in what was not given and follows from what was (the module's docstring)."""
+    site_layer = _site_layer(profile)
+    job = profile.job
     gpus = values["gpu_request"] != "none" and values["gpus_per_node"] > 0
+    # The image: the site's is a reference for its own runtime, not for the one asked for.
     if sources.get("image") == site_layer and values["runtime"] != profile.container.runtime:
-        # The site's image is a reference for its own runtime, not for the one asked for.
         values["image"] = ""
         del sources["image"]
     if not values["image"]:
         values["image"] = default_image(values["runtime"], profile.hardware, gpus)
-    job = profile.job
+    # Memory: the site's per-GPU share times the GPUs asked for.
     if not values["mem"] and job.mem_per_gpu and gpus:
         per_gpu = parse_slurm_memory(job.mem_per_gpu, f"{site_layer}: job.mem_per_gpu")
         values["mem"] = format_slurm_memory(per_gpu * values["gpus_per_node"])
         sources["mem"] = site_layer
+    # More GPUs than the usual node has: the constraint of the site's largest nodes, unless
+    # the job file or a flag chose a constraint.
     largest = job.max_gpus_constraint and values["gpus_per_node"] > job.gpus_per_node
     if largest and gpus and sources.get("constraint", site_layer) == site_layer:
         values["constraint"] = job.max_gpus_constraint
         sources["constraint"] = site_layer
-    if not values["ntasks_per_node"]:
+    if not values["ntasks_per_node"]:  # srun starts one task per GPU, the others one a node
         per_gpu = values["launch"] == "srun"
         values["ntasks_per_node"] = max(values["gpus_per_node"], 1) if per_gpu else 1
     if values["ddpimg_from"] and values["ddpimg_from"] not in values["binds"]:
         values["binds"] = (*values["binds"], values["ddpimg_from"])  # found at its own path
     if not values["output"]:
         values["output"] = "%x-%A_%a.out" if values["array"] else "%x-%j.out"
-    return JobSpec(site=site or profile.name, sources=tuple(sorted(sources.items())), **values)
 
 
 def _profile_values(job: JobDefaults) -> dict[str, Any]:

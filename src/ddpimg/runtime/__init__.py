@@ -15,7 +15,13 @@ from ddpimg.host import short_hostname
 from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.context import DistContext
 from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
-from ddpimg.runtime.device import bind_cpu_threads, bind_device, default_backend
+from ddpimg.runtime.device import (
+    bind_cpu_threads,
+    bind_device,
+    cpu_threads,
+    default_backend,
+    rank_cpu_share,
+)
 from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
@@ -136,10 +142,11 @@ def initialize(
         "backend": chosen,
         "device": str(device),
     }
+    share = rank_cpu_share(topo.local_world_size, topo.rank_is_task)
+    threads = None
     if device.type == "cpu":
-        run_info["cpu_threads"] = bind_cpu_threads(
-            topo.local_world_size, ranks_are_slurm_tasks=topo.source == "slurm"
-        )
+        threads = cpu_threads(share, os.environ)
+        run_info["cpu_threads"] = bind_cpu_threads(threads)
     return DistContext(
         rank=topo.rank,
         world_size=topo.world_size,
@@ -150,6 +157,8 @@ def initialize(
         device=device,
         backend=chosen,
         timeout_s=timeout_s,
+        cpu_share=share,
+        cpu_threads_from_share=threads is not None,
         run_info=run_info,
     )
 

@@ -4,9 +4,9 @@ starts by default. Pure: the caller passes the environment and what the OS says.
 The rule, in order:
 
 1. ``SLURM_CPUS_PER_TASK`` (``--cpus-per-task``): the CPUs of one Slurm task. When every
-   rank is a Slurm task (ranks from ``srun``), a rank has them all; when the ranks were
-   started inside one task (``train --nproc-per-node``, torchrun or DeepSpeed's launcher
-   under ``srun``), the task's local ranks share them.
+   rank is a Slurm task (ranks from ``srun``: the topology's ``rank_is_task``), a rank has
+   them all; when the ranks were started inside one task (``train --nproc-per-node``,
+   torchrun or DeepSpeed's launcher under ``srun``), the task's local ranks share them.
 2. Otherwise the CPU affinity mask: a mask smaller than the machine was set for this
    process by a binding launcher (``mpirun --bind-to``, ``taskset``) and is the rank's own;
    a mask of the whole machine is shared by the node's local ranks.
@@ -42,14 +42,14 @@ def cpu_share(
     affinity: int,
     machine: int,
     local_world_size: int,
-    ranks_are_slurm_tasks: bool,
+    rank_is_task: bool,
 ) -> CpuShare:
     """This rank's CPUs: ``affinity`` is the size of its CPU affinity mask, ``machine`` the
-    machine's CPU count, ``ranks_are_slurm_tasks`` whether each rank is its own Slurm task."""
+    machine's CPU count, ``rank_is_task`` whether each rank is its own Slurm task."""
     local = max(local_world_size, 1)
     per_task = env.get("SLURM_CPUS_PER_TASK", "")
     if per_task.isdigit() and int(per_task) > 0:
-        if ranks_are_slurm_tasks:
+        if rank_is_task:
             return CpuShare(int(per_task), f"SLURM_CPUS_PER_TASK={per_task}")
         return CpuShare(
             max(int(per_task) // local, 1),

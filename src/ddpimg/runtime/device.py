@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import LauncherError
-from ddpimg.runtime.cpus import cpu_share
+from ddpimg.runtime.cpus import CpuShare, cpu_share
 
 if TYPE_CHECKING:
     import torch
@@ -69,41 +69,38 @@ def default_backend(device: torch.device, requested: str = "") -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def cpu_threads(
-    affinity: int,
-    node_cpus: int,
-    local_world_size: int,
-    env: Mapping[str, str],
-    ranks_are_slurm_tasks: bool = False,
-) -> int | None:
+def rank_cpu_share(local_world_size: int, rank_is_task: bool) -> CpuShare:
+    """This process's CPU share (``ddpimg.runtime.cpus``), from its environment and its CPU
+    affinity mask; ``rank_is_task``: the topology's capability of that name."""
+    affinity = len(os.sched_getaffinity(0))
+    return cpu_share(
+        os.environ,
+        affinity=affinity,
+        machine=os.cpu_count() or affinity,
+        local_world_size=local_world_size,
+        rank_is_task=rank_is_task,
+    )
+
+
+def cpu_threads(share: CpuShare, env: Mapping[str, str]) -> int | None:
     """Intra-op threads for a rank computing on the CPU; None: leave torch's choice.
 
     torch starts one thread per CPU of the machine in every process, so N ranks on one node
     run N times as many threads as there are cores and slow each other down (torchrun sets
-    OMP_NUM_THREADS=1 for that reason). A rank gets one thread per CPU of its share
-    (``ddpimg.runtime.cpus``: its Slurm task's CPUs, the CPUs a binding launcher gave it, or
-    its part of the node). OMP_NUM_THREADS, when set, is the user's choice.
+    OMP_NUM_THREADS=1 for that reason). A rank gets one thread per CPU of its ``share`` (its
+    Slurm task's CPUs, the CPUs a binding launcher gave it, or its part of the node).
+    OMP_NUM_THREADS, when set, is the user's choice.
     """
     if env.get("OMP_NUM_THREADS"):
         return None
-    share = cpu_share(
-        env,
-        affinity=affinity,
-        machine=node_cpus,
-        local_world_size=local_world_size,
-        ranks_are_slurm_tasks=ranks_are_slurm_tasks,
-    )
     return share.cpus
 
 
-def bind_cpu_threads(local_world_size: int, ranks_are_slurm_tasks: bool) -> int:
-    """Apply ``cpu_threads`` to this process; the number of intra-op threads torch uses."""
+def bind_cpu_threads(threads: int | None) -> int:
+    """Give torch ``threads`` intra-op threads (None: leave them as they are); the number of
+    intra-op threads torch uses."""
     import torch
 
-    affinity = len(os.sched_getaffinity(0))
-    threads = cpu_threads(
-        affinity, os.cpu_count() or affinity, local_world_size, os.environ, ranks_are_slurm_tasks
-    )
     if threads is not None:
         torch.set_num_threads(threads)
     return torch.get_num_threads()

@@ -15,9 +15,9 @@ torch still reads; both spellings are set so either torch finds them.
 (torch's documented default, written out so that the bound holds whatever the image's torch
 defaults to) makes the watchdog end the process after the timeout instead of letting it hang.
 
-Precedence (README "Precedence"): ``DDPIMG_FLIGHT_RECORDER`` (entries, ``0`` turns it off) >
-a variable exported by the user or the site profile (applied to the environment before this
-runs) > the defaults here. Pure except :func:`enable_flight_recorder`.
+Precedence (docs/launchers.md, "Precedence"): ``DDPIMG_FLIGHT_RECORDER`` (entries, ``0`` turns
+it off) > a variable exported by the user or the site profile (applied to the environment before
+this runs) > the defaults here. Pure except :func:`enable_flight_recorder`.
 """
 
 from __future__ import annotations

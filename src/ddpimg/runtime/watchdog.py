@@ -53,5 +53,5 @@ def collectives_stalled(
         f"did not finish within {timeout_s:g} s: the ranks' own connections do not reach each "
         f"other ({chosen})",
         hint="name the fabric interface in the site profile's network.interfaces (ddpimg "
-        "doctor lists each host's interfaces and addresses; docs/multinode-troubleshooting.md)",
+        "doctor lists each host's interfaces and addresses; docs/troubleshooting.md)",
     )

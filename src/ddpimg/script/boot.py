@@ -55,18 +55,13 @@ def _share_cpus(options: ScriptOptions, local_world_size: int) -> str:
     CPU of the machine in every process, so N ranks on a node would run N times as many
     threads as there are cores (torchrun sets 1 for that reason). Set before anything
     imports torch, which reads it once. Returns the value the script runs with."""
-    from ddpimg.runtime.device import cpu_threads
+    from ddpimg.runtime.device import cpu_threads, rank_cpu_share
 
     if os.environ.get("OMP_NUM_THREADS"):
         return os.environ["OMP_NUM_THREADS"]
-    affinity = len(os.sched_getaffinity(0))
     # Workers of --nproc-per-node share their Slurm task; ranks started by srun each are one.
-    slurm_tasks = (
-        options.run_info.get("source") == "slurm" and "TORCHELASTIC_RUN_ID" not in os.environ
-    )
-    threads = cpu_threads(
-        affinity, os.cpu_count() or affinity, local_world_size, os.environ, slurm_tasks
-    )
+    rank_is_task = options.rank_is_task and "TORCHELASTIC_RUN_ID" not in os.environ
+    threads = cpu_threads(rank_cpu_share(local_world_size, rank_is_task), os.environ)
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     return os.environ.get("OMP_NUM_THREADS", "")
@@ -141,7 +136,7 @@ def _continuing(
         raise RendezvousError(
             f"rank {rank}: rank 0's word on whether this run continues the one in "
             f"{options.out} does not carry the job's key: another process wrote it",
-            hint="someone else reaches the rendezvous port: see README 'Security and trust'",
+            hint="someone else reaches the rendezvous port: see docs/security.md",
         )
     if answer_text == REFUSED:
         raise DdpimgError(
@@ -281,8 +276,8 @@ class Boot:
             where = (
                 f"checkpoint {stop.checkpoint}"
                 if stop.checkpoint
-                else "no checkpoint (nothing in the script acts on preemption: see README "
-                "'Your own script')"
+                else "no checkpoint (nothing in the script acts on preemption: see "
+                "docs/script-api.md)"
             )
             return self._preempted(runtime, stop.cause, stop.step, where, stop.checkpoint)
         except SystemExit as done:

@@ -75,6 +75,7 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
         preempt_check_every=args.preempt_check_every,
         resume=args.resume,
         master_via_mpi=plan.needs_runtime_master,
+        rank_is_task=plan.topology.rank_is_task,
         site_path=plan.site.path,
         run_info=plan.to_json(),
         log_to=log_to,

@@ -25,7 +25,7 @@ RESUME_NONE = "none"
 
 @dataclass(frozen=True)
 class ScriptOptions:
-    """The runtime a script gets, each part switchable off (README "Your own script").
+    """The runtime a script gets, each part switchable off (docs/script-api.md).
 
     ``watch``: the stall watch (``--no-watch``); ``record``: manifest.json and metrics.jsonl
     in ``out`` (``--no-record``); ``integrations``: ddpimg's Hugging Face and Lightning
@@ -35,6 +35,8 @@ class ScriptOptions:
     checkpoint (given to the framework only when the script passes none itself).
     ``run_info``: the launch plan as ``ddpimg env --json`` prints it, for the manifest;
     ``master_via_mpi`` / ``site_path``: rank 0 publishes its address over MPI first.
+    ``rank_is_task``: the topology's capability (srun started each rank as a Slurm task), from
+    which the boot works out the rank's CPU share.
     ``log_to`` / ``tracker_options``: the trackers rank 0 writes to (``--log-to``) and the
     flags that name the run there (``ddpimg.trackers.TrackerOptions``' fields).
     """
@@ -48,6 +50,7 @@ class ScriptOptions:
     preempt_check_every: int = 10
     resume: str = RESUME_AUTO
     master_via_mpi: bool = False
+    rank_is_task: bool = False
     site_path: str = ""
     run_info: Mapping[str, Any] = field(default_factory=dict)
     log_to: tuple[str, ...] = ()

@@ -8,8 +8,6 @@ from typing import Protocol
 
 Env = Mapping[str, str]
 
-SOURCES = ("torchrun", "env", "openmpi", "mpich", "pmix", "mvapich", "pals", "slurm", "single")
-
 
 @dataclass(frozen=True)
 class Topology:
@@ -44,9 +42,12 @@ class Topology:
     # name. master_via_mpi: the ranks share an MPI world, so rank 0 can publish its address
     # at run time (an interface rule, or no host list at all). all_local: the launcher
     # started every rank on this machine, so loopback reaches rank 0 (and a lone process
-    # given no port may take any free one).
+    # given no port may take any free one). rank_is_task: srun started each rank as a task
+    # of its step (itself, or under an MPI plugin), so what Slurm allots a task
+    # (SLURM_CPUS_PER_TASK) is this rank's alone, not shared with the node's other ranks.
     master_via_mpi: bool = False
     all_local: bool = False
+    rank_is_task: bool = False
     # How values the launcher did not give were derived, for ``ddpimg env --explain``.
     notes: tuple[str, ...] = ()
 

@@ -84,6 +84,7 @@ def resolve_step(env: Env) -> tuple[Topology, dict[str, str]]:
         master_port=master.port,
         job_key=f"{job_id}.{step_id}",
         job_id=job_id,
+        rank_is_task=True,
     )
     origin = {
         "rank": rank_name,

@@ -1,8 +1,8 @@
 """Which trackers a run logs to and how they are set: pure functions of the flags and an
 environment mapping; no tracker library is imported here.
 
-Precedence, highest first (README "Trackers"): the ``train`` flag (``--log-to``,
-``--project``, ``--run-name``, ``--run-group``, ``--wandb-entity``), the variable
+Precedence, highest first (docs/usage.md, "Trackers and profiling"): the ``train`` flag
+(``--log-to``, ``--project``, ``--run-name``, ``--run-group``, ``--wandb-entity``), the variable
 (``DDPIMG_LOG_TO``; W&B's own ``WANDB_PROJECT``, ``WANDB_NAME``, ``WANDB_RUN_GROUP``,
 ``WANDB_ENTITY``; MLflow's ``MLFLOW_EXPERIMENT_NAME``), the site profile (its ``[env]``
 table may set any of these variables; a variable the user exported wins over it, as for

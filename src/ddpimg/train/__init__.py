@@ -41,6 +41,7 @@ def run_training(
     from ddpimg.host import short_hostname
     from ddpimg.runtime.stall import open_watch
     from ddpimg.train import startup
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint import resolve_resume
     from ddpimg.train.loop import Trainer
     from ddpimg.train.outputs import RunRecorder
@@ -53,20 +54,20 @@ def run_training(
     strategy_spec = strategy_for(config)
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
-    config.per_rank_batch(ctx.world_size)  # fails before anything is written
+    batch = BatchLayout.of(config, ctx.world_size)  # fails before anything is written
     if config.memory_snapshot and ctx.device.type != "cuda":
         raise DdpimgError(
             f"--memory-snapshot records the CUDA caching allocator, and this run is on "
             f"{ctx.device.type}",
             hint="drop --memory-snapshot on the CPU; --profile alone traces CPU runs",
         )
-    task = trainer.factory(config, ctx)
-    strategy = strategy_spec.factory(config, ctx)
+    task = trainer.factory(config, ctx, batch)
+    strategy = strategy_spec.factory(config, ctx, batch)
     watch = open_watch(ctx, short_hostname())
     recorder: RunRecorder | None = None
     try:
         with _watching(watch):
-            resume = resolve_resume(config, ctx, strategy.reshards_on_load, sys.stderr)
+            resume = resolve_resume(config, ctx, batch, strategy.reshards_on_load, sys.stderr)
             if ctx.is_main:
                 recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr, resume)
                 if watch is not None:
@@ -74,7 +75,7 @@ def run_training(
             startup.mark("setup")
             progress = None if watch is None else watch.progress
             run = Trainer(
-                config, ctx, task, strategy, recorder,
+                config, ctx, task, strategy, recorder, batch=batch,
                 resume=resume, preemption=preemption, progress=progress,
             )  # fmt: skip
             summary = run.run()

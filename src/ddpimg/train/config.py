@@ -89,27 +89,6 @@ class TrainConfig:
         chose for the device, ``TrainerSpec.auto_precision``); an explicit one stays."""
         return self if self.precision != "auto" else replace(self, precision=precision)
 
-    def per_rank_batch(self, world_size: int) -> int:
-        """Samples each rank takes per step."""
-        if self.batch_size is not None:
-            return self.batch_size
-        if self.global_batch_size is None:
-            raise DdpimgError(
-                "neither --batch-size nor --global-batch-size is set",
-                hint="give one of them",
-            )
-        if self.global_batch_size % world_size:
-            lower = self.global_batch_size // world_size * world_size
-            higher = lower + world_size
-            suggestion = f"{lower} or {higher}" if lower else str(higher)
-            raise DdpimgError(
-                f"--global-batch-size {self.global_batch_size} is not divisible by the "
-                f"world size {world_size}",
-                hint=f"use a multiple of {world_size} (e.g. {suggestion}), or --batch-size N "
-                "for N samples on every rank",
-            )
-        return self.global_batch_size // world_size
-
     def tracker_options(self) -> TrackerOptions:
         """The flags that name the run in its trackers."""
         return TrackerOptions(self.project, self.run_name, self.run_group, self.wandb_entity)

@@ -68,6 +68,7 @@ from ddpimg.train.tasks import epoch_schedule
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
@@ -108,11 +109,11 @@ class Summary:
 
 
 class Trainer:
-    """One run: ``Trainer(...).run()`` trains ``task`` with ``strategy`` from the start or
-    from ``resume``. ``recorder`` is rank 0's (None elsewhere); ``preemption`` stops the run
-    after a checkpoint (``Preempted``) once all ranks agree on a signal; ``progress`` is
-    where the loop records its phase for the stall watch (a private one when none is
-    given)."""
+    """One run: ``Trainer(...).run()`` trains ``task`` with ``strategy``, ``batch`` samples
+    a step, from the start or from ``resume``. ``recorder`` is rank 0's (None elsewhere);
+    ``preemption`` stops the run after a checkpoint (``Preempted``) once all ranks agree on
+    a signal; ``progress`` is where the loop records its phase for the stall watch (a
+    private one when none is given)."""
 
     def __init__(
         self,
@@ -122,11 +123,13 @@ class Trainer:
         strategy: Strategy,
         recorder: RunRecorder | None,
         *,
+        batch: BatchLayout,
         resume: Resume | None = None,
         preemption: PreemptionWatch | None = None,
         progress: RankProgress | None = None,
     ) -> None:
-        self.config, self.ctx, self.task, self.strategy = config, ctx, task, strategy
+        self.config, self.ctx, self.batch = config, ctx, batch
+        self.task, self.strategy = task, strategy
         self.recorder, self.preemption = recorder, preemption
         self.progress = RankProgress() if progress is None else progress
         configure_reproducibility(config.seed, config.deterministic, ctx.device, os.environ)
@@ -134,14 +137,11 @@ class Trainer:
         if recorder is not None:
             recorder.manifest["data"] = task.data_facts()
         startup.mark("data")
-        self.shard = TrainShard(
-            len(self.train_set), config.per_rank_batch(ctx.world_size), ctx.rank, ctx.world_size
-        )
+        self.shard = TrainShard(len(self.train_set), batch, ctx.rank)
         if self.shard.steps_per_epoch == 0:
             raise DataError(
                 f"{len(self.train_set)} training samples do not fill one global batch of "
-                f"{self.shard.global_batch} ({self.shard.per_rank} per rank x "
-                f"{ctx.world_size} ranks)",
+                f"{batch.global_size} ({batch.per_rank} per rank x {batch.world_size} ranks)",
                 hint="lower --batch-size / --global-batch-size, or raise --train-samples",
             )
         self.total_steps = config.epochs * self.shard.steps_per_epoch
@@ -152,7 +152,9 @@ class Trainer:
         self.dropout = DropoutContext(config.seed)
         self.model = strategy.wrap(task.build_model(self.dropout), task.make_optimizer)
         self.scheduler = epoch_schedule(config, strategy.optimizer)
-        self.checkpoints = Checkpointer(config, ctx, strategy, self.scheduler, recorder)
+        self.checkpoints = Checkpointer(
+            config, ctx, strategy, self.scheduler, recorder, batch=batch
+        )
         start = self.checkpoints.restore(resume)
         if resume is not None:
             self.progress.saved(str(resume.path), start.step)
@@ -164,7 +166,7 @@ class Trainer:
         self.step, self.epoch, self.index = start.step, start.epoch, start.index
         self.epoch_done = start.epoch_done
         self.eval_loss, self.eval_accuracy = start.eval_loss, start.eval_accuracy
-        self.clock = _Clock(start.elapsed_s, start.excluded_s, start.step * self.global_batch)
+        self.clock = _Clock(start.elapsed_s, start.excluded_s, start.step * self.batch.global_size)
         self._warm_until = self.step + config.warmup_steps
         self._first_step = self.step + 1
         self._local_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -192,10 +194,6 @@ class Trainer:
         profiler = StepProfiler(window, config.out, ctx.rank, ctx.device, config.memory_snapshot)
         self.progress = profiler.progress(self.progress)
         return profiler
-
-    @property
-    def global_batch(self) -> int:
-        return self.shard.global_batch
 
     def run(self) -> Summary:
         """Train to ``--epochs`` / ``--max-steps``; the summary of the whole run."""
@@ -242,10 +240,10 @@ class Trainer:
             # Throughput after warm-up (allocator growth, cuDNN autotuning) is counted from
             # here: the one host synchronisation outside log points.
             _synchronize(self.ctx.device)
-            self.clock.start_steady(self.step * self.global_batch)
+            self.clock.start_steady(self.step * self.batch.global_size)
         self.step, self.index = self.step + 1, self.index + 1
         first = self.step == self._first_step
-        self.dropout.position = BatchPosition(self.step, self.shard.offset, self.global_batch)
+        self.dropout.position = BatchPosition(self.step, self.shard.offset, self.batch.global_size)
         rng_before = _global_rng_state(self.ctx.device) if first else None
         progress = self.progress
         progress.enter(FORWARD, self.step)
@@ -272,8 +270,8 @@ class Trainer:
         config, recorder = self.config, self.recorder
         self.progress.enter(COLLECTIVE, self.step)
         if self.step % config.log_every == 0:
-            self._logged = (self.step, _global_mean(self._local_sum, self.global_batch))
-            rate = self.clock.samples_per_s(self.step * self.global_batch)
+            self._logged = (self.step, _global_mean(self._local_sum, self.batch.global_size))
+            rate = self.clock.samples_per_s(self.step * self.batch.global_size)
             if recorder is not None:
                 extra = self.task.throughput(rate, self.ctx.world_size)
                 recorder.train(
@@ -357,7 +355,7 @@ class Trainer:
         logged = self._logged
         if logged is not None and logged[0] == self.step:
             return logged[1]
-        return _global_mean(self._local_sum, self.global_batch)
+        return _global_mean(self._local_sum, self.batch.global_size)
 
     def summary(self) -> Summary:
         """The run's totals (collective: the last loss and the skipped samples are reduced)."""
@@ -367,7 +365,7 @@ class Trainer:
             self.train_set.skipped() + self.eval_set.skipped(), device=self.ctx.device
         )
         dist.all_reduce(skipped)
-        samples = self.step * self.global_batch
+        samples = self.step * self.batch.global_size
         steady = self.clock.steady_samples_per_s(samples)
         return Summary(
             steps=self.step,
@@ -378,7 +376,7 @@ class Trainer:
             elapsed_s=self.clock.elapsed(),
             samples_per_s=self.clock.overall_samples_per_s(samples),
             world_size=self.ctx.world_size,
-            global_batch_size=self.global_batch,
+            global_batch_size=self.batch.global_size,
             steps_per_epoch=self.shard.steps_per_epoch,
             steady_samples_per_s=steady,
             skipped_samples=int(skipped.item()),

@@ -2,7 +2,8 @@
 
 Training: each epoch visits the training set in the order of a permutation drawn from a
 generator seeded by (seed, epoch); global batch i is ``order[i*G:(i+1)*G]`` (the incomplete
-last one is dropped) and rank r takes rows ``[r*b:(r+1)*b]`` of it, b = G / world size.
+last one is dropped) and rank r takes rows ``[r*b:(r+1)*b]`` of it (``BatchLayout``: b per
+rank, G global).
 So the union of the rank slices of a step is the single-process batch of that step.
 
 Evaluation: rank r takes a contiguous shard (sizes differ by at most one); every rank runs
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.seeding import derive_seed
 
 
@@ -33,30 +35,25 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TrainShard:
-    """This rank's part of every global batch."""
+    """Rank ``rank``'s part of every global batch of ``batch``."""
 
     num_samples: int
-    per_rank: int
+    batch: BatchLayout
     rank: int
-    world_size: int
-
-    @property
-    def global_batch(self) -> int:
-        return self.per_rank * self.world_size
 
     @property
     def offset(self) -> int:
         """This rank's first row in the global batch."""
-        return self.rank * self.per_rank
+        return self.rank * self.batch.per_rank
 
     @property
     def steps_per_epoch(self) -> int:
-        return self.num_samples // self.global_batch
+        return self.num_samples // self.batch.global_size
 
     def positions(self, step_in_epoch: int) -> slice:
         """Where this rank's rows of ``step_in_epoch`` (from 0) sit in the epoch's order."""
-        start = step_in_epoch * self.global_batch + self.offset
-        return slice(start, start + self.per_rank)
+        start = step_in_epoch * self.batch.global_size + self.offset
+        return slice(start, start + self.batch.per_rank)
 
     def rows(self, order: torch.Tensor, step_in_epoch: int) -> torch.Tensor:
         """The sample indices this rank trains on at ``step_in_epoch`` (from 0)."""

@@ -97,7 +97,7 @@ def test_limits_follow_the_timeout() -> None:
     assert StallLimits.for_timeout(600, "gloo") == StallLimits(600, 2.0, 6.0, 5.0, 20.0, 620)
     assert StallLimits.for_timeout(20, "gloo") == StallLimits(20, 1.0, 3.0, 5.0, 15.0, 35)
     assert StallLimits.for_timeout(10, "gloo") == StallLimits(10, 0.5, 2.0, 2.5, 8.0, 18)
-    # the bound the README states: every process gone within --timeout + 20 s
+    # the bound docs/checkpoints-and-failures.md states: every process gone within --timeout + 20 s
     assert all(StallLimits.for_timeout(t, "gloo").grace_s <= 20 for t in (1, 10, 60, 3600))
     # NCCL: the watch gives up at the timeout, before NCCL's silent watchdog
     assert StallLimits.for_timeout(600, "nccl").backstop_s == 600

@@ -12,7 +12,8 @@ import pytest
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
-from ddpimg.train.checkpoint import resolve_resume
+from ddpimg.train.batch import BatchLayout
+from ddpimg.train.checkpoint import Resume, resolve_resume
 from ddpimg.train.checkpoint.files import (
     CHECKPOINTS,
     checkpoint_name,
@@ -24,19 +25,24 @@ from ddpimg.train.checkpoint.state import CheckpointRecord, LoopState, fingerpri
 from ddpimg.train.config import TrainConfig
 
 
+def resolve(config: TrainConfig, ctx: DistContext, stream: io.StringIO) -> Resume | None:
+    """``resolve_resume`` of ``config`` in ``ctx`` with a strategy that reshards (DDP)."""
+    return resolve_resume(config, ctx, BatchLayout.of(config, ctx.world_size), True, stream)
+
+
 def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Path:
     """A checkpoint of ``config`` (1 rank, DDP) with only loop.json besides the marker: the
     choice of a checkpoint reads nothing else."""
     root = root or config.out / CHECKPOINTS
     staging = root / staging_name(step)
     staging.mkdir(parents=True)
-    batch = config.per_rank_batch(1)
+    batch = BatchLayout.of(config, 1)
     record = CheckpointRecord(
         loop=LoopState(step=step, epoch=1, index=step, epoch_done=False),
         world_size=1,
-        global_batch=batch,
+        global_batch=batch.global_size,
         strategy="ddp",
-        fingerprint=fingerprint(config, 1, batch, reshards=True),
+        fingerprint=fingerprint(config, batch, reshards=True),
         metrics_lines=step,
         reason="interval",
         saved_utc="2024-06-01T00:00:00Z",
@@ -58,7 +64,7 @@ def config(make_config: Callable[..., TrainConfig], tmp_path: Path) -> TrainConf
 
 def test_fresh_out_starts_silently(ctx: DistContext, config: TrainConfig) -> None:
     stream = io.StringIO()
-    assert resolve_resume(config, ctx, True, stream) is None
+    assert resolve(config, ctx, stream) is None
     assert stream.getvalue() == ""
     # The check that every rank sees --out leaves nothing behind.
     assert list((config.out / CHECKPOINTS).iterdir()) == []
@@ -74,7 +80,7 @@ def test_auto_takes_the_newest_valid_and_names_each_skipped(
     size = (root / "step-00000006" / "loop.json").stat().st_size
     (root / "step-00000006" / "loop.json").write_text("{}")
     stream = io.StringIO()
-    resume = resolve_resume(config, ctx, True, stream)
+    resume = resolve(config, ctx, stream)
     assert resume is not None
     assert resume.path == root / "step-00000004"
     assert resume.record.loop.step == 4
@@ -94,14 +100,14 @@ def test_auto_with_only_invalid_checkpoints_starts_over(
 ) -> None:
     truncate_marker(save_record(config, 2))
     stream = io.StringIO()
-    assert resolve_resume(config, ctx, True, stream) is None
+    assert resolve(config, ctx, stream) is None
     assert "skipping checkpoint" in stream.getvalue()
 
 
 def test_path_takes_that_checkpoint_even_if_older(ctx: DistContext, config: TrainConfig) -> None:
     older = save_record(config, 2)
     save_record(config, 4)
-    resume = resolve_resume(replace(config, resume=str(older)), ctx, True, io.StringIO())
+    resume = resolve(replace(config, resume=str(older)), ctx, io.StringIO())
     assert resume is not None
     assert (resume.path, resume.in_out) == (older, True)
 
@@ -110,7 +116,7 @@ def test_path_outside_out_does_not_keep_metrics(
     ctx: DistContext, config: TrainConfig, tmp_path: Path
 ) -> None:
     foreign = save_record(config, 2, root=tmp_path / "other")
-    resume = resolve_resume(replace(config, resume=str(foreign)), ctx, True, io.StringIO())
+    resume = resolve(replace(config, resume=str(foreign)), ctx, io.StringIO())
     assert resume is not None
     assert not resume.in_out
 
@@ -132,7 +138,7 @@ def test_invalid_path_is_an_error_naming_it(
     if state == "damaged marker":
         truncate_marker(save_record(config, 2))
     with pytest.raises(DdpimgError, match=rf"--resume {path}: the checkpoint ") as err:
-        resolve_resume(replace(config, resume=str(path)), ctx, True, io.StringIO())
+        resolve(replace(config, resume=str(path)), ctx, io.StringIO())
     assert err.match(reason)
     assert err.match(r"hint: give a checkpoint directory written by train")
 
@@ -142,7 +148,7 @@ def test_checkpoint_of_another_configuration_is_an_error(
 ) -> None:
     save_record(config, 2)
     with pytest.raises(DdpimgError, match=r"belongs to another configuration; --lr: None in"):
-        resolve_resume(replace(config, lr=0.5), ctx, True, io.StringIO())
+        resolve(replace(config, lr=0.5), ctx, io.StringIO())
 
 
 def test_none_removes_the_checkpoints_of_an_earlier_run(
@@ -151,7 +157,7 @@ def test_none_removes_the_checkpoints_of_an_earlier_run(
     save_record(config, 2)
     save_record(config, 4)
     stream = io.StringIO()
-    assert resolve_resume(replace(config, resume="none"), ctx, True, stream) is None
+    assert resolve(replace(config, resume="none"), ctx, stream) is None
     root = config.out / CHECKPOINTS
     assert stream.getvalue() == (
         f"ddpimg: warning: --resume none: removing 2 checkpoint(s) of an earlier run in {root}\n"
@@ -186,7 +192,7 @@ def test_an_earlier_run_without_checkpoints_is_not_replaced(
     manifest = write_manifest(config, status, **changed)
     before = manifest.read_text()
     with pytest.raises(DdpimgError, match=rf"--out .* holds {described} \(") as caught:
-        resolve_resume(config, ctx, True, io.StringIO())
+        resolve(config, ctx, io.StringIO())
     assert "--resume none" in str(caught.value.hint)
     assert manifest.read_text() == before
 
@@ -197,8 +203,8 @@ def test_the_same_options_that_ended_before_a_checkpoint_start_over(
     """A job requeued before its first checkpoint: same options (only free ones differ)."""
     write_manifest(config, "failed", epochs=config.epochs + 3, log_every=7)
     stream = io.StringIO()
-    assert resolve_resume(config, ctx, True, stream) is None
+    assert resolve(config, ctx, stream) is None
     assert "ended (failed) before its first checkpoint; starting it over" in stream.getvalue()
     # --resume none says so explicitly.
     write_manifest(config, "completed")
-    assert resolve_resume(replace(config, resume="none"), ctx, True, io.StringIO()) is None
+    assert resolve(replace(config, resume="none"), ctx, io.StringIO()) is None

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.checkpoint.state import (
     FREE_TO_CHANGE,
     CheckpointRecord,
@@ -29,12 +30,12 @@ BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
 
 
 def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> None:
-    values = fingerprint(BASE, world_size=2, global_batch=64, reshards=True)
+    values = fingerprint(BASE, BatchLayout(32, 2), reshards=True)
     assert not FREE_TO_CHANGE & values.keys()
     assert values["global_batch"] == 64
     assert values["lr"] == 1.0
     assert "world_size" not in values
-    assert fingerprint(BASE, 2, 64, reshards=False)["world_size"] == 2
+    assert fingerprint(BASE, BatchLayout(32, 2), reshards=False)["world_size"] == 2
 
 
 @pytest.mark.parametrize(
@@ -48,21 +49,26 @@ def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> N
     ],
 )
 def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -> None:
-    saved = fingerprint(BASE, 2, 64, reshards=True)
-    check_fingerprint(saved, fingerprint(replace(BASE, **changes), 2, 64, True), Path("ck"))
+    saved = fingerprint(BASE, BatchLayout(32, 2), reshards=True)
+    current = fingerprint(replace(BASE, **changes), BatchLayout(32, 2), True)
+    check_fingerprint(saved, current, Path("ck"))
 
 
 @pytest.mark.parametrize(
-    ("changes", "world", "global_batch", "reshards", "message"),
+    ("changes", "batch", "reshards", "message"),
     [
-        ({"lr": 0.5}, 2, 64, True, r"--lr: 1.0 in the checkpoint, 0.5 now"),
-        ({"seed": 8}, 2, 64, True, r"--seed: 7 in the checkpoint, 8 now"),
-        ({"strategy": "deepspeed"}, 2, 64, True, r"--strategy: 'ddp' in the checkpoint"),
-        ({}, 2, 128, True, r"the global batch \(--batch-size x world size, or "),
+        ({"lr": 0.5}, BatchLayout(32, 2), True, r"--lr: 1.0 in the checkpoint, 0.5 now"),
+        ({"seed": 8}, BatchLayout(32, 2), True, r"--seed: 7 in the checkpoint, 8 now"),
         (
             {"strategy": "deepspeed"},
-            4,
-            64,
+            BatchLayout(32, 2),
+            True,
+            r"--strategy: 'ddp' in the checkpoint",
+        ),
+        ({}, BatchLayout(64, 2), True, r"the global batch \(--batch-size x world size, or "),
+        (
+            {"strategy": "deepspeed"},
+            BatchLayout(16, 4),
             False,
             r"the world size \(deepspeed checkpoints are partitioned by rank and load only at "
             r"the world size that wrote them: no resharding\): 2 in the checkpoint, 4 now",
@@ -70,10 +76,11 @@ def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -
     ],
 )
 def test_a_different_configuration_is_named(
-    changes: dict[str, Any], world: int, global_batch: int, reshards: bool, message: str
+    changes: dict[str, Any], batch: BatchLayout, reshards: bool, message: str
 ) -> None:
-    saved = fingerprint(replace(BASE, **changes) if not reshards else BASE, 2, 64, reshards)
-    current = fingerprint(replace(BASE, **changes), world, global_batch, reshards)
+    saved_config = replace(BASE, **changes) if not reshards else BASE
+    saved = fingerprint(saved_config, BatchLayout(32, 2), reshards)
+    current = fingerprint(replace(BASE, **changes), batch, reshards)
     with pytest.raises(
         DdpimgError, match=r"checkpoint ck belongs to another configuration; "
     ) as err:

@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.base import Strategy
@@ -21,14 +22,16 @@ from tests.train.ranks import run_ranks
 
 def test_one_rank_trains_the_bare_module(ctx: DistContext) -> None:
     model = torch.nn.Linear(3, 2)
-    strategy = STRATEGIES["ddp"].factory(TrainConfig(), ctx)
+    config = TrainConfig()
+    strategy = STRATEGIES["ddp"].factory(config, ctx, BatchLayout.of(config, 1))
     assert strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1)) is model
 
 
 def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
     model = torch.nn.Linear(3, 2)
     # The context of a 2-rank run; DDP itself uses this process's 1-rank group.
-    strategy = STRATEGIES["ddp"].factory(TrainConfig(), dataclasses.replace(ctx, world_size=2))
+    config, two_ranks = TrainConfig(), dataclasses.replace(ctx, world_size=2)
+    strategy = STRATEGIES["ddp"].factory(config, two_ranks, BatchLayout.of(config, 2))
     wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     assert isinstance(wrapped, DistributedDataParallel)
     assert wrapped.device_ids is None
@@ -44,7 +47,8 @@ def test_wraps_in_ddp_and_steps(ctx: DistContext) -> None:
 def trained_linear(ctx: DistContext, size: int) -> tuple[Strategy, nn.Module, nn.Linear]:
     """A DDP-wrapped linear layer after one Adam step: strategy, wrapped and bare module."""
     model = nn.Linear(size, 2)
-    strategy = STRATEGIES["ddp"].factory(TrainConfig(), dataclasses.replace(ctx, world_size=2))
+    config, two_ranks = TrainConfig(), dataclasses.replace(ctx, world_size=2)
+    strategy = STRATEGIES["ddp"].factory(config, two_ranks, BatchLayout.of(config, 2))
     wrapped = strategy.wrap(model, lambda m: torch.optim.Adam(m.parameters(), lr=0.1))
     strategy.backward(wrapped(torch.ones(4, size)).sum())
     strategy.step()
@@ -76,7 +80,8 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
 
 def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path) -> None:
     model = nn.Linear(3, 2)
-    strategy = STRATEGIES["ddp"].factory(TrainConfig(precision="fp16"), ctx)
+    config = TrainConfig(precision="fp16")
+    strategy = STRATEGIES["ddp"].factory(config, ctx, BatchLayout.of(config, 1))
     wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     before = model.weight.detach().clone()
     # Gradients that overflowed: the step is skipped and the scale halved.
@@ -86,7 +91,7 @@ def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path
     strategy.save(tmp_path)
     assert torch.load(tmp_path / "model.pt", weights_only=True)["scaler"]["scale"] == 2.0**15
     restored_model = nn.Linear(3, 2)
-    restored = STRATEGIES["ddp"].factory(TrainConfig(precision="fp16"), ctx)
+    restored = STRATEGIES["ddp"].factory(config, ctx, BatchLayout.of(config, 1))
     restored.wrap(restored_model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     restored.load(tmp_path)
     assert isinstance(restored, DdpStrategy)

@@ -19,12 +19,13 @@ import pytest
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.loop import Trainer
 from ddpimg.train.outputs import RunRecorder
 from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
-from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy, deepspeed_config
+from ddpimg.train.strategies.deepspeed import deepspeed_config
 from ddpimg.train.tasks.mnist.task import MnistTask
 from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
@@ -34,7 +35,7 @@ from tests.noise import FLOAT32_STEP, Tolerance, assert_within
     [("fp32", 0, 1_199_882, 1_199_882), ("bf16", 3, 10**10, 500_000_000)],
 )
 def test_config_follows_the_flags(precision: str, stage: int, parameters: int, bucket: int) -> None:
-    config = deepspeed_config(16, 4, stage, precision, parameters)
+    config = deepspeed_config(BatchLayout(16, 4), stage, precision, parameters)
     assert config["train_batch_size"] == 64
     assert config["train_micro_batch_size_per_gpu"] == 16
     assert config["gradient_accumulation_steps"] == 1
@@ -48,17 +49,11 @@ def test_config_follows_the_flags(precision: str, stage: int, parameters: int, b
     assert config["gradient_clipping"] == 0.0
 
 
-def test_strategy_checks_the_global_batch_early(ctx: DistContext) -> None:
-    config = TrainConfig(strategy="deepspeed", batch_size=None, global_batch_size=9)
-    two_ranks = replace(ctx, world_size=2)
-    with pytest.raises(DdpimgError, match=r"--global-batch-size 9 is not divisible by the world"):
-        DeepSpeedStrategy(config, two_ranks)
-
-
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    task = MnistTask(config, ctx)
-    Trainer(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder).run()
+    batch = BatchLayout.of(config, ctx.world_size)
+    strategy = STRATEGIES[config.strategy].factory(config, ctx, batch)
+    Trainer(config, ctx, MnistTask(config, ctx), strategy, recorder, batch=batch).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

@@ -23,6 +23,7 @@ from torch.distributed.tensor import DTensor
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.loop import Trainer
@@ -65,7 +66,7 @@ def test_units_skip_elements_without_parameters() -> None:
 
 def wrapped_gpt(ctx: DistContext, tmp_path: Path) -> tuple[FsdpStrategy, nn.Module]:
     config = TrainConfig(trainer="gpt", size="tiny", strategy="fsdp", out=tmp_path)
-    task = TRAINERS["gpt"].factory(config, ctx)
+    task = TRAINERS["gpt"].factory(config, ctx, BatchLayout.of(config, ctx.world_size))
     torch.manual_seed(0)
     model = task.build_model(DropoutContext(1))
     strategy = FsdpStrategy(config, ctx)
@@ -104,8 +105,10 @@ def test_a_step_moves_the_sharded_parameters(ctx: DistContext, tmp_path: Path) -
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
     config.out.mkdir()
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    task = TRAINERS[config.trainer].factory(config, ctx)
-    Trainer(config, ctx, task, STRATEGIES[config.strategy].factory(config, ctx), recorder).run()
+    batch = BatchLayout.of(config, ctx.world_size)
+    task = TRAINERS[config.trainer].factory(config, ctx, batch)
+    strategy = STRATEGIES[config.strategy].factory(config, ctx, batch)
+    Trainer(config, ctx, task, strategy, recorder, batch=batch).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]

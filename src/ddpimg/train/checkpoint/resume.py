@@ -37,6 +37,7 @@ from ddpimg.train.checkpoint.state import (
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
 
 AUTO = "auto"
@@ -157,16 +158,16 @@ def _trajectory(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_resume(
-    config: TrainConfig, ctx: DistContext, reshards: bool, stream: TextIO
+    config: TrainConfig, ctx: DistContext, batch: BatchLayout, reshards: bool, stream: TextIO
 ) -> Resume | None:
-    """The checkpoint every rank continues from, or None for a new run. Collective: rank 0
+    """The checkpoint every rank continues from, or None for a new run of ``batch``
+    (``reshards``: whether the strategy loads at another world size). Collective: rank 0
     chooses (``choose_checkpoint``) and broadcasts its choice or its error; then every rank
     must see the same ``--out`` (``check_shared``): checkpoints are written and read by all
     ranks."""
     import torch.distributed as dist
 
-    global_batch = config.per_rank_batch(ctx.world_size) * ctx.world_size
-    current = fingerprint(config, ctx.world_size, global_batch, reshards)
+    current = fingerprint(config, batch, reshards)
     root = config.out / CHECKPOINTS
     probe = root / f".probe-{secrets.token_hex(8)}"
     outcome: list[object] = [None]

@@ -47,6 +47,7 @@ from ddpimg.train.outputs import utc_now
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint.resume import Resume
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.outputs import RunRecorder
@@ -96,7 +97,8 @@ def _release_open_files(err: BaseException) -> None:
 
 class Checkpointer:
     """The checkpoints of the run ``config`` in the world ``ctx``; ``recorder`` is rank 0's
-    (None elsewhere), whose metrics.jsonl length each checkpoint records."""
+    (None elsewhere), whose metrics.jsonl length each checkpoint records; ``batch`` is
+    recorded with each (a resume on another world size keeps its global size)."""
 
     def __init__(
         self,
@@ -105,14 +107,16 @@ class Checkpointer:
         strategy: Strategy,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         recorder: RunRecorder | None,
+        *,
+        batch: BatchLayout,
     ) -> None:
         self.config = config
         self.ctx = ctx
+        self.batch = batch
         self.strategy = strategy
         self.scheduler = scheduler
         self.recorder = recorder
         self.root = config.out / CHECKPOINTS
-        self.global_batch = config.per_rank_batch(ctx.world_size) * ctx.world_size
         self._last: tuple[tuple[int, bool], Path] | None = None
 
     def due(self, step: int) -> bool:
@@ -183,15 +187,10 @@ class Checkpointer:
             torch.save({"scheduler": self.scheduler.state_dict()}, staging / LOOP_PT)
             record = CheckpointRecord(
                 loop=state,
-                world_size=self.ctx.world_size,
-                global_batch=self.global_batch,
+                world_size=self.batch.world_size,
+                global_batch=self.batch.global_size,
                 strategy=self.strategy.name,
-                fingerprint=fingerprint(
-                    self.config,
-                    self.ctx.world_size,
-                    self.global_batch,
-                    self.strategy.reshards_on_load,
-                ),
+                fingerprint=fingerprint(self.config, self.batch, self.strategy.reshards_on_load),
                 metrics_lines=self.recorder.sync_metrics() if self.recorder else 0,
                 reason=reason,
                 saved_utc=utc_now(),

@@ -19,6 +19,7 @@ from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
 
 if TYPE_CHECKING:
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
 
 LOOP_JSON = "loop.json"
@@ -134,16 +135,15 @@ class CheckpointRecord:
         return record
 
 
-def fingerprint(
-    config: TrainConfig, world_size: int, global_batch: int, reshards: bool
-) -> dict[str, Any]:
-    """The options that decide the loss trajectory, as JSON values; with a strategy that
-    cannot reshard its state, the world size too."""
+def fingerprint(config: TrainConfig, batch: BatchLayout, reshards: bool) -> dict[str, Any]:
+    """The options that decide the loss trajectory, as JSON values (the batch options as
+    ``batch``'s global size); with a strategy that cannot reshard its state, the world size
+    too."""
     values = {k: v for k, v in config.to_json().items() if k not in FREE_TO_CHANGE}
     values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
-    values["global_batch"] = global_batch
+    values["global_batch"] = batch.global_size
     if not reshards:
-        values["world_size"] = world_size
+        values["world_size"] = batch.world_size
     return values
 
 

@@ -1,5 +1,5 @@
 """How gradients are shared between ranks (``--strategy``): small adapters around one loop,
-each built as ``Strategy(config, ctx)``.
+each built by its spec's factory from the config, the world and the run's batch layout.
 
 Importing this registry imports no strategy's code (nor torch, DeepSpeed): each factory
 imports its module when called.
@@ -15,6 +15,7 @@ from ddpimg.train.config import check_choice
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.strategies.base import Strategy
 
@@ -24,25 +25,25 @@ class StrategySpec:
     """One ``--strategy``."""
 
     name: str
-    factory: Callable[[TrainConfig, DistContext], Strategy]
+    factory: Callable[[TrainConfig, DistContext, BatchLayout], Strategy]
     #: Whether it trains a model whose parameters sit on several devices of one rank (the
     #: toy trainer's head and tail); the others keep or shard a whole model on one device.
     takes_spread_model: bool = False
 
 
-def _ddp(config: TrainConfig, ctx: DistContext) -> Strategy:
+def _ddp(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Strategy:
     from ddpimg.train.strategies.ddp import DdpStrategy
 
     return DdpStrategy(config, ctx)
 
 
-def _deepspeed(config: TrainConfig, ctx: DistContext) -> Strategy:
+def _deepspeed(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Strategy:
     from ddpimg.train.strategies.deepspeed import DeepSpeedStrategy
 
-    return DeepSpeedStrategy(config, ctx)
+    return DeepSpeedStrategy(config, ctx, batch)
 
 
-def _fsdp(config: TrainConfig, ctx: DistContext) -> Strategy:
+def _fsdp(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Strategy:
     from ddpimg.train.strategies.fsdp import FsdpStrategy
 
     return FsdpStrategy(config, ctx)

@@ -7,7 +7,9 @@ is that of one process training on the whole global batch, whatever the strategy
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from ddpimg.errors import DdpimgError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -17,6 +19,26 @@ if TYPE_CHECKING:
 
 
 OptimizerFactory = Callable[["nn.Module"], "torch.optim.Optimizer"]
+T = TypeVar("T")
+# What a resume must repeat for a checkpoint to fit: the hint of every strategy's load error.
+SAME_MODEL = "the trainer, model flags and strategy"
+
+
+def wrapped(value: T | None, strategy: str) -> T:
+    """A part that ``wrap`` builds (the model, the optimizer, DeepSpeed's engine); asking
+    for it before is a bug in the caller, not a user's error."""
+    if value is None:
+        raise RuntimeError(f"{strategy} used before wrap()")
+    return value
+
+
+def does_not_fit(checkpoint: Path, reason: str, *, same: str = SAME_MODEL) -> DdpimgError:
+    """The error of a checkpoint that cannot be loaded into the wrapped model: it names the
+    checkpoint and why, and what the resume must repeat (``same``)."""
+    return DdpimgError(
+        f"checkpoint {checkpoint} does not fit this model and optimizer ({reason})",
+        hint=f"resume with {same} that wrote it, or --resume none",
+    )
 
 
 class Strategy(Protocol):

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpimg.errors import DdpimgError
 from ddpimg.train.checkpoint.safeload import load_tensors
+from ddpimg.train.strategies.base import does_not_fit, wrapped
 from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
@@ -82,21 +82,13 @@ class DdpStrategy:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state.get("scaler", {}))
         except (KeyError, RuntimeError, ValueError) as err:
-            raise DdpimgError(
-                f"checkpoint {path} does not fit this model and optimizer ({err})",
-                hint="resume with the trainer, model flags and strategy that wrote it, or "
-                "--resume none",
-            ) from err
+            raise does_not_fit(path, str(err)) from err
 
     @property
     def model(self) -> nn.Module:
         """The unwrapped module: its state dict has no DDP ``module.`` prefixes."""
-        if self._model is None:
-            raise RuntimeError("DdpStrategy used before wrap()")
-        return self._model
+        return wrapped(self._model, "DdpStrategy")
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        if self._optimizer is None:
-            raise RuntimeError("DdpStrategy used before wrap()")
-        return self._optimizer
+        return wrapped(self._optimizer, "DdpStrategy")

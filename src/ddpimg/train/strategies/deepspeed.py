@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies.base import does_not_fit, wrapped
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.strategies.base import OptimizerFactory
 
@@ -37,15 +39,15 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
 def deepspeed_config(
-    per_rank_batch: int, world_size: int, zero_stage: int, precision: str, num_parameters: int
+    batch: BatchLayout, zero_stage: int, precision: str, num_parameters: int
 ) -> dict[str, Any]:
     """The DeepSpeed config dict for these flags and a model of ``num_parameters``."""
     # ZeRO-1/2 allocate a whole bucket every step, and deterministic mode fills new memory,
     # so a bucket far larger than the model costs seconds per step on the CPU.
     bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters)
     return {
-        "train_batch_size": per_rank_batch * world_size,
-        "train_micro_batch_size_per_gpu": per_rank_batch,
+        "train_batch_size": batch.global_size,
+        "train_micro_batch_size_per_gpu": batch.per_rank,
         "gradient_accumulation_steps": 1,
         "zero_optimization": {
             "stage": zero_stage,
@@ -68,9 +70,9 @@ class DeepSpeedStrategy:
     name = "deepspeed"
     reshards_on_load = False
 
-    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> None:
         self.ctx = ctx
-        self.per_rank_batch = config.per_rank_batch(ctx.world_size)
+        self.batch = batch
         self.zero_stage = config.zero_stage
         self.precision = config.precision
         self._engine: Any = None
@@ -110,8 +112,7 @@ class DeepSpeedStrategy:
             else None
         )
         config = deepspeed_config(
-            self.per_rank_batch,
-            self.ctx.world_size,
+            self.batch,
             self.zero_stage,
             self.precision,
             sum(parameter.numel() for parameter in model.parameters()),
@@ -152,11 +153,8 @@ class DeepSpeedStrategy:
                 load_lr_scheduler_states=False,
             )
         except (KeyError, RuntimeError, ValueError) as err:
-            raise DdpimgError(
-                f"checkpoint {directory} does not fit this model and optimizer ({err})",
-                hint="resume with the trainer, model flags, world size and --zero-stage that "
-                "wrote it, or --resume none",
-            ) from err
+            same = "the trainer, model flags, world size and --zero-stage"
+            raise does_not_fit(directory, str(err), same=same) from err
         if loaded is None:
             raise DdpimgError(
                 f"checkpoint {directory}: DeepSpeed found no engine checkpoint "
@@ -166,12 +164,8 @@ class DeepSpeedStrategy:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        if self._optimizer is None:
-            raise RuntimeError("DeepSpeedStrategy used before wrap()")
-        return self._optimizer
+        return wrapped(self._optimizer, "DeepSpeedStrategy")
 
     @property
     def engine(self) -> Any:
-        if self._engine is None:
-            raise RuntimeError("DeepSpeedStrategy used before wrap()")
-        return self._engine
+        return wrapped(self._engine, "DeepSpeedStrategy")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ddpimg.errors import DdpimgError
+from ddpimg.train.strategies.base import does_not_fit, wrapped
 from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
@@ -122,12 +122,7 @@ class FsdpStrategy:
         try:
             dcp.load(state, directory)
         except (CheckpointException, RuntimeError, KeyError, ValueError) as err:
-            raise DdpimgError(
-                f"checkpoint {directory} does not fit this model and optimizer "
-                f"(torch.distributed.checkpoint: {err})",
-                hint="resume with the trainer, model flags and strategy that wrote it, or "
-                "--resume none",
-            ) from err
+            raise does_not_fit(directory, f"torch.distributed.checkpoint: {err}") from err
         set_state_dict(
             self.model,
             self.optimizer,
@@ -139,12 +134,8 @@ class FsdpStrategy:
 
     @property
     def model(self) -> nn.Module:
-        if self._model is None:
-            raise RuntimeError("FsdpStrategy used before wrap()")
-        return self._model
+        return wrapped(self._model, "FsdpStrategy")
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        if self._optimizer is None:
-            raise RuntimeError("FsdpStrategy used before wrap()")
-        return self._optimizer
+        return wrapped(self._optimizer, "FsdpStrategy")

@@ -16,6 +16,7 @@ from ddpimg.train.config import DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
@@ -55,7 +56,7 @@ class TrainerSpec:
 
     name: str
     #: Builds the task; imports the trainer's code (and torch) only when called.
-    factory: Callable[[TrainConfig, DistContext], Task]
+    factory: Callable[[TrainConfig, DistContext, BatchLayout], Task]
     #: The optimizer's name and its default ``--lr`` (``learning_rate_note``: exceptions).
     optimizer: str
     learning_rate: float

@@ -10,6 +10,7 @@ import torch
 
 from ddpimg.errors import DataError, DdpimgError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.loop import Trainer
@@ -92,9 +93,15 @@ def test_shard_batches_are_the_windows_the_plan_names(
     train_set, eval_set = task.datasets()
     assert (len(train_set), len(eval_set)) == (2 * (14_999 // 16) + 9_999 // 16, 3_999 // 16)
     order = epoch_order(len(train_set), seed=1, epoch=1)
-    whole = list(train_set.batches(TrainShard(len(train_set), 8, 0, 1).plan(order, 1, 2, 4)))
+    whole = list(
+        train_set.batches(TrainShard(len(train_set), BatchLayout(8, 1), 0).plan(order, 1, 2, 4))
+    )
     halves = [
-        list(train_set.batches(TrainShard(len(train_set), 4, rank, 2).plan(order, 1, 2, 4)))
+        list(
+            train_set.batches(
+                TrainShard(len(train_set), BatchLayout(4, 2), rank).plan(order, 1, 2, 4)
+            )
+        )
         for rank in range(2)
     ]
     for step, (inputs, targets) in enumerate(whole):
@@ -189,7 +196,10 @@ def test_training_lowers_the_loss(
         trainer="gpt", size="tiny", train_samples=256, max_steps=12, seq_len=32, data=source
     )
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
-    summary = Trainer(config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder).run()
+    batch = BatchLayout.of(config, ctx.world_size)
+    summary = Trainer(
+        config, ctx, GptTask(config, ctx), DdpStrategy(config, ctx), recorder, batch=batch
+    ).run()
     recorder.finish("completed", 0)
     lines = [json.loads(line) for line in (config.out / "metrics.jsonl").read_text().splitlines()]
     losses = [line["loss"] for line in lines if line["kind"] == "train"]
@@ -213,7 +223,9 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
 
     def gradients(per_rank: int, rank: int, world: int) -> list[torch.Tensor]:
         model.zero_grad()
-        inputs, targets = train_set.batch(TrainShard(64, per_rank, rank, world).rows(order, 1))
+        inputs, targets = train_set.batch(
+            TrainShard(64, BatchLayout(per_rank, world), rank).rows(order, 1)
+        )
         torch.autograd.backward(task.loss(model(inputs), targets).mean())
         return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 

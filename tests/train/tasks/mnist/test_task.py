@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext, GlobalBatchDropout
 from ddpimg.train.sharding import TrainShard, epoch_order
@@ -56,7 +57,7 @@ def test_loss_is_per_sample_nll() -> None:
 
 def test_load_respects_sample_limits(tmp_path: Path) -> None:
     config = TrainConfig(train_samples=30, eval_samples=20, out=tmp_path)
-    task = TRAINERS["mnist"].factory(config, CPU)
+    task = TRAINERS["mnist"].factory(config, CPU, BatchLayout.of(config, 1))
     train_set, eval_set = task.datasets()
     assert (len(train_set), len(eval_set)) == (30, 20)
     inputs, targets = train_set.batch(torch.tensor([0, 29]))
@@ -81,7 +82,7 @@ def test_rank_gradients_average_to_the_global_batch_gradient(
 
     def gradients(per_rank: int, rank: int, world: int) -> list[torch.Tensor]:
         model.zero_grad()
-        shard = TrainShard(len(train_set), per_rank, rank, world)
+        shard = TrainShard(len(train_set), BatchLayout(per_rank, world), rank)
         inputs, targets = train_set.batch(shard.rows(order, 1))
         context.position = BatchPosition(step=2, offset=shard.offset, global_batch=16)
         torch.autograd.backward(task.loss(model(inputs), targets).mean())

@@ -8,6 +8,7 @@ import torch
 
 from ddpimg.data.sources import open_splits, prepare
 from ddpimg.errors import DataError
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.sharding import BatchPlan, EvalShard, TrainShard, epoch_order
 from ddpimg.train.tasks.resnet import stream as stream_module
 from ddpimg.train.tasks.resnet.stream import (
@@ -51,7 +52,9 @@ def stream(
 
 
 def plan(epoch: int, steps: int = 3, per_rank: int = 4) -> BatchPlan:
-    return TrainShard(48, per_rank, 0, 1).plan(epoch_order(48, 7, epoch), epoch, 0, steps)
+    return TrainShard(48, BatchLayout(per_rank, 1), 0).plan(
+        epoch_order(48, 7, epoch), epoch, 0, steps
+    )
 
 
 def collect(
@@ -203,12 +206,13 @@ def test_the_ranks_slices_of_a_step_are_the_one_process_batch_bit_for_bit(
     # 1 vs 2 processes at the loader: each rank its own stream, its rows of each step.
     order = epoch_order(48, 7, 1)
     one = held(
-        StreamedImages(stream(tree, workers=0), TRAIN), TrainShard(48, 8, 0, 1).plan(order, 1, 0, 4)
+        StreamedImages(stream(tree, workers=0), TRAIN),
+        TrainShard(48, BatchLayout(8, 1), 0).plan(order, 1, 0, 4),
     )
     ranks = [
         held(
             StreamedImages(stream(tree, workers=workers), TRAIN),
-            TrainShard(48, 4, rank, 2).plan(order, 1, 0, 4),
+            TrainShard(48, BatchLayout(4, 2), rank).plan(order, 1, 0, 4),
         )
         for rank in (0, 1)
     ]

@@ -7,6 +7,8 @@ import torch
 from torch import nn
 
 from ddpimg.errors import DdpimgError
+from ddpimg.runtime.context import DistContext
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.batchnorm import GlobalBatchNorm
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
@@ -15,6 +17,10 @@ from ddpimg.train.tasks.resnet.task import ResnetTask
 from tests.train.contexts import single_process
 
 CPU = single_process()
+
+
+def task_of(config: TrainConfig, ctx: DistContext = CPU) -> ResnetTask:
+    return ResnetTask(config, ctx, BatchLayout.of(config, ctx.world_size))
 
 
 def resnet(tmp_path: Path, **overrides: object) -> TrainConfig:
@@ -31,16 +37,16 @@ def resnet(tmp_path: Path, **overrides: object) -> TrainConfig:
 
 def test_unknown_arch_fails_when_the_task_is_made(tmp_path: Path) -> None:
     with pytest.raises(DdpimgError, match=r"--arch resnet51 is not"):
-        ResnetTask(resnet(tmp_path, arch="resnet51"), CPU)
+        task_of(resnet(tmp_path, arch="resnet51"))
 
 
 def test_default_is_resnet50_at_224(tmp_path: Path) -> None:
-    task = ResnetTask(TrainConfig(trainer="resnet", out=tmp_path), CPU)
+    task = task_of(TrainConfig(trainer="resnet", out=tmp_path))
     assert (task.arch, task.image_size) == ("resnet50", 224)
 
 
 def test_model_classifies_into_imagenets_classes(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path), CPU)
+    task = task_of(resnet(tmp_path))
     train_set, _ = task.datasets()
     model = task.build_model(DropoutContext(1))
     assert isinstance(train_set, SyntheticImages)
@@ -69,7 +75,7 @@ def test_model_classifies_into_imagenets_classes(tmp_path: Path) -> None:
 def test_batchnorm_is_over_the_global_batch_unless_switched_off(
     tmp_path: Path, flag: bool | None, device: str, world_size: int, expected: str
 ) -> None:
-    task = ResnetTask(resnet(tmp_path, sync_batchnorm=flag), single_process(device, world_size))
+    task = task_of(resnet(tmp_path, sync_batchnorm=flag), single_process(device, world_size))
     assert task.batchnorm() == expected
 
 
@@ -77,7 +83,7 @@ def test_batchnorm_is_over_the_global_batch_unless_switched_off(
 def test_sgd_learning_rate_scales_with_the_global_batch(
     tmp_path: Path, batch: int, lr: float
 ) -> None:
-    task = ResnetTask(resnet(tmp_path, batch_size=batch), CPU)
+    task = task_of(resnet(tmp_path, batch_size=batch))
     optimizer = task.make_optimizer(nn.Linear(2, 2))
     assert isinstance(optimizer, torch.optim.SGD)
     group = optimizer.param_groups[0]
@@ -89,9 +95,9 @@ def test_sgd_learning_rate_scales_with_the_global_batch(
 
 
 def test_lr_flag_wins(tmp_path: Path) -> None:
-    task = ResnetTask(resnet(tmp_path, lr=0.5), CPU)
+    task = task_of(resnet(tmp_path, lr=0.5))
     assert task.make_optimizer(nn.Linear(2, 2)).param_groups[0]["lr"] == 0.5
 
 
 def test_throughput_is_images(tmp_path: Path) -> None:
-    assert ResnetTask(resnet(tmp_path), CPU).throughput(12.5, 4) == {"images_per_s": 12.5}
+    assert task_of(resnet(tmp_path)).throughput(12.5, 4) == {"images_per_s": 12.5}

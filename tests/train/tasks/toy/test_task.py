@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ddpimg.errors import DataError
+from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.tasks import TRAINERS
@@ -21,7 +22,8 @@ def toy(tmp_path: Path, **overrides: object) -> TrainConfig:
 
 
 def test_rows_are_the_tutorials(tmp_path: Path) -> None:
-    train_set, eval_set = TRAINERS["toy"].factory(toy(tmp_path), CPU).datasets()
+    config = toy(tmp_path)
+    train_set, eval_set = TRAINERS["toy"].factory(config, CPU, BatchLayout.of(config, 1)).datasets()
     assert (len(train_set), len(eval_set)) == (2**20, 2**14)
     inputs, labels = train_set.batch(torch.tensor([0, 7, 1_048_575]))
     assert inputs.shape == (3, 32)

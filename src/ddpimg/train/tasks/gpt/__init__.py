@@ -14,11 +14,12 @@ from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec, learning_rate_text
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
 
-def _task(config: TrainConfig, ctx: DistContext) -> Task:
+def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     from ddpimg.train.tasks.gpt.task import GptTask
 
     return GptTask(config, ctx)

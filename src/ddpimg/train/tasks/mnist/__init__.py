@@ -9,11 +9,12 @@ from ddpimg.train.tasks.spec import TrainerSpec
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
 
-def _task(config: TrainConfig, ctx: DistContext) -> Task:
+def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     from ddpimg.train.tasks.mnist.task import MnistTask
 
     return MnistTask(config, ctx)

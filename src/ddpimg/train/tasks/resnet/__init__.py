@@ -12,6 +12,7 @@ from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
@@ -22,10 +23,10 @@ MIN_IMAGE_SIZE = 32
 LR_PER_256 = 0.1
 
 
-def _task(config: TrainConfig, ctx: DistContext) -> Task:
+def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     from ddpimg.train.tasks.resnet.task import ResnetTask
 
-    return ResnetTask(config, ctx)
+    return ResnetTask(config, ctx, batch)
 
 
 BAD_SAMPLES = ("error", "skip")

@@ -10,7 +10,6 @@ of a sorted tree keeps its share), not the first ones (which would be the first 
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ddpimg.data.sources import open_splits, prepare
-from ddpimg.runtime.cpus import cpu_share
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.tasks.datasets import sample_count
@@ -82,15 +80,9 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
             ),
         ),
     )
-    share = cpu_share(
-        os.environ,
-        affinity=len(os.sched_getaffinity(0)),
-        machine=os.cpu_count() or 1,
-        local_world_size=ctx.local_world_size,
-        ranks_are_slurm_tasks=ctx.run_info.get("source") == "slurm",
-    )
+    share = ctx.cpu_share
     workers = share.workers if config.workers is None else config.workers
-    if ctx.device.type == "cpu" and workers and not os.environ.get("OMP_NUM_THREADS"):
+    if ctx.cpu_threads_from_share and workers:
         # Training on the CPU: the loader workers take their CPUs out of the rank's share,
         # or the training threads and the workers together oversubscribe it.
         torch.set_num_threads(max(1, share.cpus - workers))

@@ -31,6 +31,7 @@ from ddpimg.train.tasks.resnet.model import build_classifier, check_arch
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.dropout import DropoutContext
     from ddpimg.train.tasks.base import Dataset
@@ -40,13 +41,14 @@ WEIGHT_DECAY = 1e-4
 
 
 class ResnetTask:
-    """``train resnet``."""
+    """``train resnet``; ``batch``'s global size scales the default learning rate."""
 
     eval_batch_size = 256
 
-    def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
+    def __init__(self, config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> None:
         self.config = config
         self.ctx = ctx
+        self.batch = batch
         self.arch = config.arch or DEFAULT_ARCH
         check_arch(self.arch)
         self.image_size = config.image_size or DEFAULT_IMAGE_SIZE
@@ -92,11 +94,9 @@ class ResnetTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        world_size = self.ctx.world_size
-        global_batch = self.config.per_rank_batch(world_size) * world_size
         return torch.optim.SGD(
             model.parameters(),
-            lr=self.config.learning_rate(SPEC.learning_rate * global_batch / 256),
+            lr=self.config.learning_rate(SPEC.learning_rate * self.batch.global_size / 256),
             momentum=MOMENTUM,
             weight_decay=WEIGHT_DECAY,
         )

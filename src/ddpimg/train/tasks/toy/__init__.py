@@ -11,6 +11,7 @@ from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
@@ -18,7 +19,7 @@ DEFAULT_GPUS_PER_REPLICA = 2
 GPUS_PER_REPLICA = (1, 2)
 
 
-def _task(config: TrainConfig, ctx: DistContext) -> Task:
+def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     from ddpimg.train.tasks.toy.task import ToyTask
 
     return ToyTask(config, ctx)
