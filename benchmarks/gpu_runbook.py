@@ -34,7 +34,8 @@ from typing import Any
 
 from runbook import commands, report
 from runbook.commands import PYTHON, RunLog
-from runbook.model import Context, Deadline, Outcome, Step
+from runbook.deadline import Deadline
+from runbook.model import Context, Outcome, Step
 from runbook.plan import PARTS, PLAN, steps_of
 from runbook.setup_steps import describe_device
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runbook.model import Deadline
+from runbook.deadline import Deadline
 
 PYTHON = sys.executable
 # What one command may leave in the log: its tail (a failing trainer's traceback is at the

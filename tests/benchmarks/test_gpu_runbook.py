@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gpu_runbook import DRY_RUN_MEASURED
 from runbook import report
 from runbook.commands import Ran
+from runbook.deadline import Deadline
 from runbook.matrix import first_difference, loss_falls, one_rank_cells, two_rank_cells
-from runbook.model import Context, Deadline, Outcome
+from runbook.model import Context, Outcome
 from runbook.plan import PARTS, PLAN, steps_of
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runbook.py"

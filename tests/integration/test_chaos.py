@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg.runtime.children import child_pids
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
-from ddpimg.train.preemption import child_pids
 from tests.integration.runs import command, run, train_losses
 
 STEPS = 16

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddpimg import exitcodes
-from ddpimg.train.preemption import child_pids
+from ddpimg.runtime.children import child_pids
 from tests.integration.runs import command
 from tests.integration.stalls import (
     RECORDING_TASK,

@@ -1,12 +1,11 @@
 """The ring of links ``ddpimg doctor`` measures, its verdict, and a real measurement among
-three local ranks standing for three nodes."""
+three local ranks standing for three nodes (the links' lines: tests/cli/test_doctor_cmd.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ddpimg.cli.doctor_cmd import node_list, render_links
 from ddpimg.runtime.links import LinkResult, judge_links, measure_links, ring_rounds
 from tests.train.ranks import run_ranks
 
@@ -85,22 +84,6 @@ def test_judge_links(
 
 def test_without_a_floor_nothing_is_judged() -> None:
     assert judge_links(_ring(0.001, 0.001, 0.001), 0.0, "s").problems == ()
-
-
-def test_nodes_come_in_rank_order_with_their_ranks() -> None:
-    rows = [{"rank": r, "host": h} for r, h in [(2, "b"), (0, "a"), (3, "b"), (1, "a")]]
-    assert node_list(rows) == [("a", [0, 1]), ("b", [2, 3])]
-
-
-def test_the_links_lines_say_how_they_were_measured_and_what_is_below() -> None:
-    lines = render_links(_ring(0.01, 0.6, 0.7), 3, 0.05)
-    assert lines == [
-        "links: each of 3 nodes with its ring neighbours, 3 round(s) of 3 all-reduces (4 MiB "
-        "on CPUs, 256 MiB on GPUs); floor 0.05 GB/s (fabric.min_busbw_gbps)",
-        "link n1 - n2: bus bandwidth 0.01 GB/s (below the floor)",
-        "link n2 - n3: bus bandwidth 0.6 GB/s",
-        "link n3 - n1: bus bandwidth 0.7 GB/s",
-    ]
 
 
 def _measure_three(rank: int) -> None:

@@ -9,17 +9,14 @@ import signal
 import sys
 from typing import NoReturn
 
+from ddpimg.cli.launch import prepare_launch
 from ddpimg.cli.launch_options import (
     add_local_rank_argument,
     add_nproc_argument,
     add_site_options,
-    local_workers,
-    plan_from_args,
 )
-from ddpimg.cli.local_workers import launch_local_workers, strip_nproc
 from ddpimg.cli.train_options import add_training_arguments, train_config
 from ddpimg.plan import LaunchPlan
-from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 from ddpimg.script.launch import (
     boot_program,
     check_script,
@@ -28,7 +25,8 @@ from ddpimg.script.launch import (
     script_options,
 )
 from ddpimg.train import startup
-from ddpimg.train.preemption import PreemptionWatch, parse_signals
+from ddpimg.train.preempt_signals import parse_signals
+from ddpimg.train.preemption import PreemptionWatch
 from ddpimg.train.tasks import TRAINERS
 
 
@@ -73,27 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     startup.mark("launch")
-    env = dict(os.environ)
-    plan = plan_from_args(args, env)
-    if needs_reexec(plan, env):
-        reexec_clean(plan, env, argv)
+    launch = prepare_launch(args, argv)
+    plan = launch.plan
     startup.mark("plan")
     if args.script is not None:
         check_script(args.script)
-    nproc = local_workers(args)
-    if nproc:
+    if launch.local_workers:
+        program: list[str] | None = None  # None: train again, in each worker
         if args.script:
             os.environ.update(script_options(plan, args).to_environ())
             program = boot_program(args.script[0], args.script[1:])
-        else:
-            program = ["-m", "ddpimg", *strip_nproc(argv)]
-        return launch_local_workers(
-            plan,
-            nproc,
-            program,
-            timeout_s=args.timeout,
-            preempt_signals=parse_signals(args.preempt_signals),
-        )
+        return launch.start_local_workers(program, parse_signals(args.preempt_signals))
     if args.script:
         passed_on = (
             [f"{args.local_rank_option}={args.local_rank}"] if args.local_rank_option else []

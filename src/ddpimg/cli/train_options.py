@@ -25,7 +25,7 @@ from ddpimg.train.config import (
     TrainConfig,
     check_zero_stage_strategy,
 )
-from ddpimg.train.preemption import parse_signals
+from ddpimg.train.preempt_signals import parse_signals
 from ddpimg.train.profiling import parse_profile_steps
 from ddpimg.train.strategies import STRATEGIES, strategy_for
 from ddpimg.train.tasks import TRAINERS, trainer_for

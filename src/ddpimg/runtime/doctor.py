@@ -1,31 +1,30 @@
-"""``ddpimg doctor``'s checks on one rank: what it sees (host, device, interfaces, /dev/shm),
-whether an all-reduce adds up, and its bus bandwidth. The command (``cli/doctor_cmd.py``)
-gathers them, prints them and sets the exit status."""
+"""``ddpimg doctor``'s measurements (``run_checks``): what each rank sees (host, device,
+interfaces, /dev/shm), then among all ranks whether an all-reduce adds up and its bus
+bandwidth (``allreduce``), the transport NCCL chose (``nccl_debug``) and each node's links
+(``links``), gathered on every rank. The command (``cli/doctor_cmd.py``) prints the result
+and sets the exit status."""
 
 from __future__ import annotations
 
 import os
 import socket
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from ddpimg.errors import LauncherError
+from ddpimg.errors import LauncherError, ProfileError
 from ddpimg.plan import LaunchPlan
+from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
 from ddpimg.runtime.interfaces import interface_names, ipv4_address, missing_interfaces
+from ddpimg.runtime.links import LinkResult, LinkVerdict
 
 if TYPE_CHECKING:
     import torch
-    from torch.distributed import ProcessGroup
-
-CORRECTNESS_ELEMENTS = 1 << 20
-BANDWIDTH_BYTES = {"cpu": 16 << 20, "cuda": 256 << 20}
-BANDWIDTH_ITERATIONS = 5
 
 
 @dataclass
 class RankReport:
-    """What one rank sees. Gathered to rank 0."""
+    """What one rank sees. Gathered to every rank."""
 
     rank: int
     host: str
@@ -38,6 +37,42 @@ class RankReport:
     shm_gib: float = 0.0
     removed: int = 0
     problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NotJoined:
+    """This rank stopped before it met the others: an interface the profile names is
+    missing, /dev/shm is missing, or the runtime refused the profile. No process group can
+    gather that, so the rank says it itself."""
+
+    rank: int
+    host: str
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Checkup:
+    """What all ranks found, gathered on every rank."""
+
+    rows: tuple[RankReport, ...]  # every rank's, in rank order
+    is_main: bool  # this rank prints
+    backend: str
+    master_addr: str
+    master_port: int
+    busbw_gbps: float  # the all-reduce among all ranks
+    transport: str  # NCCL's choice in one line, or why it was not checked
+    num_nodes: int
+    links: tuple[LinkResult, ...]  # each node with its ring neighbours; none on one node
+    verdict: LinkVerdict
+
+    @property
+    def ranks_failed(self) -> bool:
+        """Whether any rank found a problem (a wrong all-reduce among them)."""
+        return any(row.problems for row in self.rows)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.ranks_failed or self.verdict.problems)
 
 
 def local_report(plan: LaunchPlan) -> RankReport:
@@ -79,47 +114,64 @@ def bind(report: RankReport) -> torch.device:
         return torch.device("cpu")
 
 
-def check_allreduce(device: torch.device, world_size: int, rank: int) -> str | None:
-    """Sum of (rank + 1) over all ranks must be W(W+1)/2 in every element."""
-    import torch
+def node_list(rows: Sequence[RankReport]) -> list[tuple[str, list[int]]]:
+    """(host, its ranks) of every node, in the order of their lowest rank."""
+    nodes: dict[str, list[int]] = {}
+    for row in sorted(rows, key=lambda row: row.rank):
+        nodes.setdefault(row.host, []).append(row.rank)
+    return list(nodes.items())
+
+
+def run_checks(
+    plan: LaunchPlan, backend: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+) -> NotJoined | Checkup:
+    """Every check on this rank, then (collective: every rank of the plan calls this) the
+    all-reduce, its bandwidth, the transport and the links among all ranks. ``backend``:
+    ``--backend`` ("" for the site's, else by device)."""
+    report = local_report(plan)
+    if report.problems:
+        # Without the interfaces no process group can form: this rank stops here.
+        return NotJoined(report.rank, report.host, tuple(report.problems))
+
     import torch.distributed as dist
 
-    tensor = torch.full((CORRECTNESS_ELEMENTS,), float(rank + 1), device=device)
-    dist.all_reduce(tensor)
-    expected = world_size * (world_size + 1) / 2
-    wrong = int((tensor != expected).sum().item())
-    if wrong:
-        return (
-            f"all-reduce wrong in {wrong} of {CORRECTNESS_ELEMENTS} elements "
-            f"(expected {expected:g})"
+    from ddpimg import runtime
+    from ddpimg.runtime import nccl_debug
+    from ddpimg.runtime.allreduce import check_allreduce, measure_bus_bandwidth
+    from ddpimg.runtime.device import default_backend
+    from ddpimg.runtime.links import judge_links, measure_links
+
+    device = bind(report)
+    report.device = str(device)
+    chosen = default_backend(device, backend or plan.site.backend)
+    nccl_log = nccl_debug.start(chosen, report.rank)
+    try:
+        ctx = runtime.initialize(plan, backend=backend, timeout_s=timeout_s, device=device)
+    except ProfileError as err:
+        return NotJoined(report.rank, report.host, (str(err),))
+    try:
+        wrong = check_allreduce(device, ctx.world_size, ctx.rank)
+        if wrong:
+            report.problems.append(wrong)
+        busbw = measure_bus_bandwidth(device, ctx.world_size)
+        transport, problems = nccl_debug.finish(nccl_log, chosen, plan, busbw, report.shm_gib)
+        report.problems += problems
+        gathered: list[RankReport | None] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, report)
+        rows = tuple(cast("list[RankReport]", gathered))
+        nodes = node_list(rows)
+        links = measure_links(device, nodes, ctx.rank) if len(nodes) > 1 else []
+        return Checkup(
+            rows=rows,
+            is_main=ctx.is_main,
+            backend=ctx.backend,
+            master_addr=ctx.run_info["master_addr"],
+            master_port=ctx.run_info["master_port"],
+            busbw_gbps=busbw,
+            transport=transport,
+            num_nodes=len(nodes),
+            links=tuple(links),
+            verdict=judge_links(links, plan.site.fabric.min_busbw_gbps, plan.site.name),
         )
-    return None
-
-
-def measure_bus_bandwidth(
-    device: torch.device,
-    world_size: int,
-    group: ProcessGroup | None = None,
-    nbytes: int | None = None,
-    iterations: int = BANDWIDTH_ITERATIONS,
-) -> float:
-    """All-reduce bus bandwidth in GB/s (nccl-tests' definition: algbw * 2(W-1)/W) among
-    the ``world_size`` ranks of ``group`` (default: all), each reducing ``nbytes``."""
-    import torch
-    import torch.distributed as dist
-
-    if nbytes is None:
-        nbytes = BANDWIDTH_BYTES["cuda" if device.type == "cuda" else "cpu"]
-    tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dist.all_reduce(tensor, group=group)  # warm-up: connections, buffers
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dist.barrier(group=group)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        dist.all_reduce(tensor, group=group)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = (time.perf_counter() - start) / iterations
-    factor = 2 * (world_size - 1) / world_size if world_size > 1 else 1.0
-    return nbytes / elapsed * factor / 1e9
+    finally:
+        runtime.shutdown()

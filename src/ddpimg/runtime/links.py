@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpimg.runtime.doctor import measure_bus_bandwidth
+from ddpimg.runtime.allreduce import measure_bus_bandwidth
 
 if TYPE_CHECKING:
     import torch

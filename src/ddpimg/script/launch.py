@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from ddpimg.errors import DdpimgError, LauncherError
 from ddpimg.plan import LaunchPlan
 from ddpimg.script.options import ScriptOptions
-from ddpimg.train.preemption import parse_signals
+from ddpimg.train.preempt_signals import parse_signals
 
 BOOT_MODULE = "ddpimg.script.boot"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ddpimg.errors import LauncherError
 from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
-from ddpimg.train.preemption import DEFAULT_SIGNALS
+from ddpimg.train.preempt_signals import DEFAULT_SIGNALS
 
 ENV_VAR = "DDPIMG_SCRIPT_RUNTIME"
 RESUME_AUTO = "auto"

@@ -46,7 +46,7 @@ def run_training(
     from ddpimg.train.loop import Trainer
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.pairing import check_pairing
-    from ddpimg.train.preemption import Preempted
+    from ddpimg.train.preempted import Preempted
     from ddpimg.train.strategies import strategy_for
     from ddpimg.train.tasks import trainer_for
 
@@ -123,7 +123,7 @@ def _where_it_went(out: Path) -> str:
 def _watching(watch: StallWatch | None) -> Iterator[None]:
     """Run the block under ``watch`` (if any): an exception that is a collective failing
     under this rank comes out as the RankLostError that names the rank(s) it waited for."""
-    from ddpimg.train.preemption import Preempted
+    from ddpimg.train.preempted import Preempted
 
     if watch is None:
         yield

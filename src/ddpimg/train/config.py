@@ -15,7 +15,7 @@ from typing import Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.trackers.settings import TRACKERS, TrackerOptions
-from ddpimg.train.preemption import DEFAULT_SIGNALS, parse_signals
+from ddpimg.train.preempt_signals import DEFAULT_SIGNALS, parse_signals
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ZERO_STAGES = (0, 1, 2, 3)

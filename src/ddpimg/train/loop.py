@@ -60,7 +60,7 @@ from ddpimg.train import startup
 from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
 from ddpimg.train.dropout import BatchPosition, DropoutContext
-from ddpimg.train.preemption import Preempted
+from ddpimg.train.preempted import Preempted
 from ddpimg.train.profiling import StepProfiler, profile_window
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order

@@ -1,6 +1,6 @@
 """``--nproc-per-node N``: this process becomes the node's launcher and starts N workers
-through torch.distributed.launcher's API (the same agent as torchrun), for ``train`` and
-``ddpimg doctor`` alike."""
+through torch.distributed.launcher's API (the same agent as torchrun), for every command that
+runs ranks (``cli/launch.py``'s start-up)."""
 
 from __future__ import annotations
 
@@ -36,26 +36,6 @@ class _ExplainedExits(logging.Filter):
         return not (str(record.msg).startswith("failed (exitcode: ") and explained)
 
 
-def strip_nproc(argv: Sequence[str]) -> list[str]:
-    """The command line without ``--nproc-per-node N``: what each local worker runs."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--script":
-            out.extend(argv[i:])
-            break
-        if arg == "--nproc-per-node":
-            skip = True
-            continue
-        if arg.startswith("--nproc-per-node="):
-            continue
-        out.append(arg)
-    return out
-
-
 def launch_local_workers(
     plan: LaunchPlan,
     nproc: int,
@@ -72,8 +52,8 @@ def launch_local_workers(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from ddpimg import runtime
+    from ddpimg.runtime.children import forward_to_children
     from ddpimg.runtime.store_auth import KEY_VARIABLE, new_key_hex
-    from ddpimg.train.preemption import forward_to_children
 
     topo = plan.topology
     if topo.local_world_size > 1:
