@@ -79,13 +79,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     launch = prepare_launch(args, argv)
     if launch.local_workers:
         return launch.start_local_workers()
-    result = run_checks(launch.plan, backend=args.backend, timeout_s=args.timeout)
+
+    def show(checkup: Checkup) -> None:
+        if checkup.is_main:
+            print("\n".join(render_checkup(checkup, launch.plan, as_json=args.json)), flush=True)
+
+    result = run_checks(launch.plan, args.backend, args.timeout, on_checkup=show)
     if isinstance(result, NotJoined):
         for problem in result.problems:
             errors.report(f"doctor: rank {result.rank} on {result.host}: {problem}")
         return exitcodes.CHECK_FAILED
-    if result.is_main:
-        print("\n".join(render_checkup(result, launch.plan, as_json=args.json)))
     return exitcodes.OK if result.ok else exitcodes.CHECK_FAILED
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -123,11 +123,16 @@ def node_list(rows: Sequence[RankReport]) -> list[tuple[str, list[int]]]:
 
 
 def run_checks(
-    plan: LaunchPlan, backend: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+    plan: LaunchPlan,
+    backend: str = "",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_checkup: Callable[[Checkup], None] | None = None,
 ) -> NotJoined | Checkup:
     """Every check on this rank, then (collective: every rank of the plan calls this) the
     all-reduce, its bandwidth, the transport and the links among all ranks. ``backend``:
-    ``--backend`` ("" for the site's, else by device)."""
+    ``--backend`` ("" for the site's, else by device). ``on_checkup`` sees the result before
+    the process group's closing barrier: a peer that dies in that barrier must not cost the
+    report of everything measured."""
     report = local_report(plan)
     if report.problems:
         # Without the interfaces no process group can form: this rank stops here.
@@ -161,7 +166,7 @@ def run_checks(
         rows = tuple(cast("list[RankReport]", gathered))
         nodes = node_list(rows)
         links = measure_links(device, nodes, ctx.rank) if len(nodes) > 1 else []
-        return Checkup(
+        checkup = Checkup(
             rows=rows,
             is_main=ctx.is_main,
             backend=ctx.backend,
@@ -173,5 +178,8 @@ def run_checks(
             links=tuple(links),
             verdict=judge_links(links, plan.site.fabric.min_busbw_gbps, plan.site.name),
         )
+        if on_checkup is not None:
+            on_checkup(checkup)
+        return checkup
     finally:
         runtime.shutdown()
