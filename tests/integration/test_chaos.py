@@ -7,8 +7,8 @@ docs/checkpoints-and-failures.md documents.
 Faults: SIGKILL of a random rank; SIGSTOP of a random rank (its sentinel kills it, the other
 names it); SIGTERM to the launcher (preemption: checkpoint, exit 75); the disk filling up
 (the tmpfs under ``--out`` shrunk to what is used, so the next checkpoint cannot be
-written); a rank killed and then the newest checkpoint corrupted (one byte of its model
-changed: its SHA-256 no longer matches, ``--resume auto`` must skip it and say so).
+written); a rank killed and then the newest loadable checkpoint corrupted (one byte of its
+model changed: its SHA-256 no longer matches, ``--resume auto`` must skip it and say so).
 
 The schedule (faults and steps) comes from a seed printed at the start
 (``DDPIMG_CHAOS_SEED=N`` replays it). The runs use ``train --nproc-per-node 2`` with
@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from ddpimg.runtime.children import child_pids
-from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
+from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from tests.integration.runs import command, run, train_losses
 
 STEPS = 16
@@ -137,13 +137,16 @@ def hit(
     if kind == "disk":
         resize(mount, "64m")
     if kind == "corrupt":
-        newest = candidates(out / CHECKPOINTS)
-        if newest:
-            model = newest[0] / "ddp" / "model.pt"
+        # The checkpoint the next run would load: the newest that still verifies. The newest
+        # of all may be one an earlier fault corrupted, and flipping its byte again would
+        # repair it.
+        loadable = [path for path in candidates(out / CHECKPOINTS) if verify(path) is None]
+        if loadable:
+            model = loadable[0] / "ddp" / "model.pt"
             raw = bytearray(model.read_bytes())
             raw[len(raw) // 2] ^= 0xFF
             model.write_bytes(bytes(raw))
-            stderr += f"\nchaos: corrupted {newest[0]}\n"
+            stderr += f"\nchaos: corrupted {loadable[0]}\n"
     return proc.returncode, stderr
 
 
