@@ -234,3 +234,17 @@ def test_both_loaders_deliver_every_image_of_the_split(
     # Training drops the incomplete last batch, as train does; the first batch is not counted.
     assert ours.images == (16 - 4 if train else 10 - 4)
     assert reference.images == (16 - 4 if train else 10 - 4)
+    # Read twice over: one epoch of the repeated split.
+    ours, reference = data.ours(tree, train, 2), data.reference(tree, train, 2)
+    assert ours.images == reference.images == (32 - 4 if train else 20 - 4)
+
+
+def test_a_small_split_is_read_enough_times_to_cover_the_window(tmp_path: Path) -> None:
+    from tests.datagen import make_image_tree
+
+    assert data.passes(data.MIN_IMAGES) == 1
+    assert data.passes(data.MIN_IMAGES - 1) == 2
+    assert data.passes(225) * 225 >= data.MIN_IMAGES > (data.passes(225) - 1) * 225
+    make_image_tree(tmp_path, classes=2, train_per_class=3, val_per_class=2, sizes=(20, 30))
+    assert data.decode_alone(tmp_path, False, 3).images == 12
+    assert data.decode_turbo_alone(tmp_path, True, 2).images == 12

@@ -59,3 +59,27 @@ def test_splits_with_other_classes_are_refused(tmp_path: Path) -> None:
         r"in val/: \['c'\]\)\n  hint: both splits need a folder for every class",
     ):
         folder_classes(tmp_path)
+
+
+@pytest.mark.parametrize("size", [0, 1, 70_000, 300_000])
+def test_a_file_is_read_whole_whatever_its_size(tmp_path: Path, size: int) -> None:
+    folder = tmp_path / "train" / "only"
+    folder.mkdir(parents=True)
+    content = os.urandom(size)
+    (folder / "a.jpg").write_bytes(content)
+    write_listing(tmp_path / "train", ["only"], tmp_path / "index")
+    table = read_listing(tmp_path / "train", tmp_path / "index")
+    assert table is not None
+    assert FolderSource(tmp_path / "train", table).read(0) == content
+
+
+def test_a_missing_file_is_a_file_not_found_error(tmp_path: Path) -> None:
+    folder = tmp_path / "train" / "only"
+    folder.mkdir(parents=True)
+    (folder / "a.jpg").write_bytes(b"x")
+    write_listing(tmp_path / "train", ["only"], tmp_path / "index")
+    table = read_listing(tmp_path / "train", tmp_path / "index")
+    assert table is not None
+    (folder / "a.jpg").unlink()
+    with pytest.raises(FileNotFoundError):
+        FolderSource(tmp_path / "train", table).read(0)
