@@ -30,6 +30,8 @@ from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.sharding import BatchPlan
 from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.gpt import GptOptions
+from ddpimg.train.tasks.resnet import ResnetOptions
 
 # name -> DDP's keyword arguments (None: the bare module). "ddp": as the tutorials wrap it;
 # "ddp-bucket-view": as ddpimg wraps it with several ranks (gradients live in DDP's buckets).
@@ -40,8 +42,12 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 }
 MODELS: dict[str, dict[str, Any]] = {
     "mnist": {"trainer": "mnist", "batch_size": 64},
-    "gpt-tiny": {"trainer": "gpt", "size": "tiny", "batch_size": 32},
-    "resnet18-64px": {"trainer": "resnet", "arch": "resnet18", "image_size": 64, "batch_size": 16},
+    "gpt-tiny": {"trainer": "gpt", "options": GptOptions(size="tiny"), "batch_size": 32},
+    "resnet18-64px": {
+        "trainer": "resnet",
+        "options": ResnetOptions(arch="resnet18", image_size=64),
+        "batch_size": 16,
+    },
 }
 
 

@@ -70,6 +70,8 @@ def test_defaults_are_the_tutorials() -> None:
         (["--precision", "bf16"], "precision", "bf16"),
         (["--lr", "0.5"], "lr", 0.5),
         (["--gamma", "1"], "gamma", 1.0),
+        (["--warmup-steps", "0"], "warmup_steps", 0),
+        (["--precision", "fp32"], "precision", "fp32"),
     ],
 )
 def test_flag_sets_field(argv: list[str], field: str, value: object) -> None:
@@ -196,12 +198,12 @@ def test_building_the_parser_does_not_import_torch() -> None:
         (["resnet", "--workers", "0"], "workers", 0),
         (["resnet"], "workers", None),
         (["resnet", "--bad-samples", "skip"], "bad_samples", "skip"),
-        (["--warmup-steps", "0"], "warmup_steps", 0),
-        (["--precision", "fp32"], "precision", "fp32"),
     ],
 )
-def test_trainer_flag_sets_field(argv: list[str], field: str, value: object) -> None:
-    assert getattr(parse(*argv), field) == value
+def test_trainer_flag_sets_option(argv: list[str], field: str, value: object) -> None:
+    config = parse(*argv)
+    assert type(config.options) is TRAINERS[config.trainer].options
+    assert getattr(config.options, field) == value
 
 
 @pytest.mark.parametrize(

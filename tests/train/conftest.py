@@ -4,7 +4,6 @@ always initialises one, even for a single process) and the matching DistContext.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import torch.distributed as dist
 
 from ddpimg.runtime.context import DistContext
 from ddpimg.train.config import TrainConfig
+from tests.train.configs import trainer_config
 from tests.train.contexts import single_process
 
 
@@ -37,9 +37,14 @@ def make_config(tmp_path: Path) -> Callable[..., TrainConfig]:
     """TrainConfig of a run small enough for a unit test (a few seconds on two cores)."""
 
     def make(**overrides: Any) -> TrainConfig:
-        small = TrainConfig(
-            batch_size=8, train_samples=64, eval_samples=40, max_steps=5, log_every=1, out=tmp_path
-        )
-        return replace(small, **overrides)
+        small = {
+            "batch_size": 8,
+            "train_samples": 64,
+            "eval_samples": 40,
+            "max_steps": 5,
+            "log_every": 1,
+            "out": tmp_path,
+        }
+        return trainer_config(**small | overrides)
 
     return make

@@ -9,6 +9,7 @@ from ddpimg.train.config import TrainConfig
 from ddpimg.train.pairing import check_pairing
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks.toy import ToyOptions
 
 
 @pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
@@ -28,13 +29,13 @@ def test_a_model_spread_over_two_gpus_needs_ddp(strategy: str) -> None:
     [
         ("toy", "ddp", "cuda", {}),  # DDP takes a model on two GPUs
         ("toy", "fsdp", "cpu", {}),  # on the CPU nothing is spread
-        ("toy", "deepspeed", "cuda", {"gpus_per_replica": 1}),
+        ("toy", "deepspeed", "cuda", {"options": ToyOptions(gpus_per_replica=1)}),
         ("resnet", "fsdp", "cuda", {}),
         ("gpt", "deepspeed", "cuda", {}),
     ],
 )
 def test_pairs_that_train_together_pass(
-    trainer: str, strategy: str, device: str, overrides: dict[str, int]
+    trainer: str, strategy: str, device: str, overrides: dict[str, ToyOptions]
 ) -> None:
     config = TrainConfig(trainer=trainer, strategy=strategy, **overrides)  # type: ignore[arg-type]
     check_pairing(TRAINERS[trainer], STRATEGIES[strategy], config, device)

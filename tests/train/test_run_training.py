@@ -15,7 +15,7 @@ from ddpimg.errors import DataError, DdpimgError
 from ddpimg.runtime.context import DistContext
 from ddpimg.train import run_training
 from ddpimg.train.config import TrainConfig
-from ddpimg.train.tasks import TRAINERS
+from ddpimg.train.tasks import TRAINERS, arguments_json
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -69,7 +69,7 @@ def test_writes_metrics_and_manifest(
     assert manifest["exit_status"] == 0
     # --precision auto is recorded as what it became on this device.
     auto = TRAINERS[config.trainer].auto_precision("cpu")
-    assert manifest["arguments"] == config.with_auto_precision(auto).to_json()
+    assert manifest["arguments"] == arguments_json(config.with_auto_precision(auto))
     assert manifest["seed"] == 1
     assert manifest["run_info"] == {"source": "single", "site": "local"}
     assert manifest["distributed"]["world_size"] == 1

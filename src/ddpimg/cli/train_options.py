@@ -1,10 +1,11 @@
 """The training flags of ``train [TRAINER]`` and the validated ``TrainConfig`` they become.
 
-Defaults come from ``TrainConfig``'s fields, the trainers' defaults, learning rates and own
-flags from their specs (``ddpimg.train.tasks``), the strategies from theirs: the parser
-repeats no number. Building it imports neither torch nor any trainer's code.
-``train_config`` checks every value and raises a DdpimgError naming the flag, the value and
-a fix; the one check that needs the world size (``--global-batch-size`` divisible by it) is
+Defaults come from ``TrainConfig``'s fields, the trainers' defaults and learning rates from
+their specs (``ddpimg.train.tasks``), their own flags from their options dataclasses
+(``ddpimg.train.options``), the strategies from theirs: the parser repeats no number.
+Building it imports neither torch nor any trainer's code. ``train_config`` checks every
+value and raises a DdpimgError naming the flag, the value and a fix; the one check that
+needs the world size (``--global-batch-size`` divisible by it) is
 ``ddpimg.train.batch.BatchLayout.of``, where the run starts.
 """
 
@@ -25,11 +26,12 @@ from ddpimg.train.config import (
     TrainConfig,
     check_zero_stage_strategy,
 )
+from ddpimg.train.options import TrainerOptions, option_fields
 from ddpimg.train.preempt_signals import parse_signals
 from ddpimg.train.profiling import parse_profile_steps
 from ddpimg.train.strategies import STRATEGIES, strategy_for
-from ddpimg.train.tasks import TRAINERS, trainer_for
-from ddpimg.train.tasks.spec import TrainerFlag, learning_rate_text
+from ddpimg.train.tasks import TRAINERS, trainer_for, trainer_options
+from ddpimg.train.tasks.spec import learning_rate_text
 
 DEFAULTS = TrainConfig()
 
@@ -157,8 +159,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"learning rate factor applied after every epoch (default: {_lr_decays()})",
     )
     for spec in TRAINERS.values():
-        if spec.flags:
-            _add_trainer_flags(parser, spec.name, spec.flags)
+        if option_fields(spec.options):
+            _add_trainer_flags(parser, spec.name, spec.options)
 
     add_checkpoint_arguments(parser)
     add_observability_arguments(parser)
@@ -296,12 +298,7 @@ def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         wandb_entity=args.wandb_entity,
         profile_steps=None if args.profile is None else parse_profile_steps(args.profile),
         memory_snapshot=args.memory_snapshot,
-        # Every trainer's own flags, None unless given (the trainer's default applies).
-        **{
-            flag.field: getattr(args, flag.field)
-            for spec in TRAINERS.values()
-            for flag in spec.flags
-        },
+        options=trainer_options(args.trainer, vars(args)),
     )
     trainer_for(config)
     strategy_for(config)
@@ -310,20 +307,25 @@ def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
 
 
 def _add_trainer_flags(
-    parser: argparse.ArgumentParser, trainer: str, flags: tuple[TrainerFlag, ...]
+    parser: argparse.ArgumentParser, trainer: str, options: type[TrainerOptions]
 ) -> None:
-    """One help group per trainer; a flag left out stays None (the trainer's default)."""
+    """One help group per trainer, a flag per field of its options; a flag left out stays
+    None (the trainer's default)."""
     group = parser.add_argument_group(trainer)
-    for flag in flags:
-        options: dict[str, Any] = {
+    for item in option_fields(options):
+        arguments: dict[str, Any] = {
             "default": None,
-            "help": f"{flag.help} (default: {flag.default})",
+            "help": f"{item.flag.help} (default: {item.flag.default})",
         }
-        if flag.negatable:
-            options["action"] = argparse.BooleanOptionalAction
+        if item.kind is bool:
+            arguments["action"] = argparse.BooleanOptionalAction
         else:
-            options |= {"metavar": flag.metavar, "type": flag.type, "choices": flag.choices}
-        group.add_argument(flag.option, **options)
+            arguments |= {
+                "metavar": item.flag.metavar,
+                "type": None if item.kind is str else item.kind,
+                "choices": item.flag.choices,
+            }
+        group.add_argument(item.option, **arguments)
 
 
 def _data_sources() -> str:

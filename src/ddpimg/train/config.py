@@ -1,20 +1,22 @@
 """``TrainConfig``: what a training run needs besides the distributed context, validated.
 
-Everything here holds for every trainer and strategy. What one trainer adds (its default
-batch size and learning rate, its own flags and their checks) is declared by its
-``TrainerSpec`` (``ddpimg.train.tasks``), which checks a config for that trainer; this
-module imports neither the trainers nor the strategies, nor torch.
+Everything here holds for every trainer and strategy. What one trainer adds is declared in
+its package (``ddpimg.train.tasks.<name>``): its default batch size and learning rate by its
+``TrainerSpec``, its own flags by its options dataclass (``ddpimg.train.options``), which
+``TrainConfig.options`` holds. This module imports neither the trainers nor the
+strategies, nor torch.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.trackers.settings import TRACKERS, TrackerOptions
+from ddpimg.train.options import TrainerOptions, check_at_least, check_choice
 from ddpimg.train.preempt_signals import DEFAULT_SIGNALS, parse_signals
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -50,16 +52,9 @@ class TrainConfig:
     lr: float | None = None
     gamma: float | None = None
     warmup_steps: int = 10
-    arch: str | None = None
-    image_size: int | None = None
-    sync_batchnorm: bool | None = None
-    workers: int | None = None
-    bad_samples: str | None = None
-    size: str | None = None
-    seq_len: int | None = None
-    eval_data: str | None = None
-    init_from: str | None = None
-    gpus_per_replica: int | None = None
+    #: The trainer's own options (its ``TrainerSpec.options``); the bare ``TrainerOptions``:
+    #: none given.
+    options: TrainerOptions = field(default_factory=TrainerOptions)
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     resume: str = "auto"
@@ -94,13 +89,22 @@ class TrainConfig:
         return TrackerOptions(self.project, self.run_name, self.run_group, self.wandb_entity)
 
     def to_json(self) -> dict[str, Any]:
-        """The config as JSON-ready values (for manifest.json)."""
-        return asdict(self) | {
+        """The config as JSON-ready values, flat: the trainer's options in the place of
+        ``options``. manifest.json's ``arguments`` add the other trainers' options
+        (``ddpimg.train.tasks.arguments_json``)."""
+        converted = {
             "out": str(self.out),
             "preempt_signals": list(self.preempt_signals),
             "log_to": list(self.log_to),
             "profile_steps": None if self.profile_steps is None else list(self.profile_steps),
         }
+        values: dict[str, Any] = {}
+        for item in fields(self):
+            if item.name == "options":
+                values |= asdict(self.options)
+            else:
+                values[item.name] = converted.get(item.name, getattr(self, item.name))
+        return values
 
 
 def check_zero_stage_strategy(stage: int, strategy: str) -> None:
@@ -110,21 +114,6 @@ def check_zero_stage_strategy(stage: int, strategy: str) -> None:
             f"--zero-stage {stage} applies to --strategy deepspeed only, got --strategy {strategy}",
             hint="drop --zero-stage, or add --strategy deepspeed",
         )
-
-
-def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
-    """DdpimgError naming ``flag`` when ``value`` is not one of ``choices``."""
-    if value not in choices:
-        raise DdpimgError(
-            f"{flag} must be one of {', '.join(choices)}, got {value!r}",
-            hint=f"pick one of {', '.join(choices)}",
-        )
-
-
-def check_at_least(flag: str, value: int | None, minimum: int, hint: str) -> None:
-    """DdpimgError naming ``flag`` when it was given (not None) and is below ``minimum``."""
-    if value is not None and value < minimum:
-        raise DdpimgError(f"{flag} must be at least {minimum}, got {value}", hint=hint)
 
 
 def _validate(config: TrainConfig) -> None:

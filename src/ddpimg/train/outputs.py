@@ -26,6 +26,7 @@ from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.train.progress import Progress
+from ddpimg.train.tasks import arguments_json
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -185,7 +186,7 @@ class RunRecorder:
             "started_utc": utc_now(),
             "ended_utc": None,
             "seed": config.seed,
-            "arguments": config.to_json(),
+            "arguments": arguments_json(config),
             "distributed": {
                 "world_size": ctx.world_size,
                 "num_nodes": ctx.num_nodes,

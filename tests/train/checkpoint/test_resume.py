@@ -23,6 +23,7 @@ from ddpimg.train.checkpoint.files import (
 )
 from ddpimg.train.checkpoint.state import CheckpointRecord, LoopState, fingerprint
 from ddpimg.train.config import TrainConfig
+from ddpimg.train.tasks import arguments_json
 
 
 def resolve(config: TrainConfig, ctx: DistContext, stream: io.StringIO) -> Resume | None:
@@ -167,7 +168,7 @@ def test_none_removes_the_checkpoints_of_an_earlier_run(
 
 def write_manifest(config: TrainConfig, status: str, **changed: object) -> Path:
     config.out.mkdir(parents=True, exist_ok=True)
-    arguments = replace(config, **changed).to_json() if changed else config.to_json()
+    arguments = arguments_json(replace(config, **changed) if changed else config)
     path = config.out / "manifest.json"
     path.write_text(json.dumps({"status": status, "arguments": arguments}))
     (config.out / "metrics.jsonl").write_text('{"kind": "train"}\n')

@@ -25,6 +25,10 @@ from ddpimg.train.checkpoint.state import (
     restore_rng,
 )
 from ddpimg.train.config import TrainConfig
+from ddpimg.train.options import TrainerOptions
+from ddpimg.train.tasks.gpt import GptOptions
+from ddpimg.train.tasks.resnet import ResnetOptions
+from ddpimg.train.tasks.toy import ToyOptions
 
 BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
 
@@ -169,3 +173,68 @@ def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
     buffer.seek(0)
     loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
     return loaded
+
+
+# The fingerprint as ddpimg wrote it while TrainConfig held every trainer's options as flat
+# fields (before the trainers' options dataclasses): every trainer's options that decide the
+# trajectory, None but the run's trainer's. A checkpoint of that version must still resume.
+FLAT_COMMON = {
+    "strategy": "ddp",
+    "data": "synthetic",
+    "train_samples": None,
+    "seed": 1,
+    "precision": "auto",
+    "zero_stage": 0,
+    "lr": None,
+    "gamma": None,
+    "log_to": [],
+    "project": None,
+    "run_name": None,
+    "run_group": None,
+    "wandb_entity": None,
+    "profile_steps": None,
+    "memory_snapshot": False,
+}
+FLAT_OPTIONS = dict.fromkeys(
+    ("arch", "image_size", "sync_batchnorm", "size", "seq_len", "gpus_per_replica")
+)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "options", "global_batch", "flat"),
+    [
+        ("mnist", TrainerOptions(), 256, {}),
+        ("toy", ToyOptions(gpus_per_replica=1), 256, {"gpus_per_replica": 1}),
+        (
+            "resnet",
+            ResnetOptions(
+                arch="resnet18",
+                image_size=64,
+                sync_batchnorm=False,
+                workers=3,
+                bad_samples="skip",
+            ),
+            128,
+            {"arch": "resnet18", "image_size": 64, "sync_batchnorm": False},
+        ),
+        ("resnet", ResnetOptions(), 128, {}),
+        (
+            "gpt",
+            GptOptions(size="tiny", seq_len=32, eval_data="/x/val"),
+            32,
+            {"size": "tiny", "seq_len": 32},
+        ),
+        ("gpt", GptOptions(init_from="/hf"), 32, {}),
+    ],
+)
+def test_the_fingerprint_is_the_flat_configs(
+    trainer: str, options: TrainerOptions, global_batch: int, flat: dict[str, Any]
+) -> None:
+    config = TrainConfig(trainer=trainer, options=options, batch_size=global_batch // 4)
+    expected = (
+        FLAT_COMMON
+        | FLAT_OPTIONS
+        | flat
+        | {"trainer": trainer, "global_batch": global_batch, "world_size": 4}
+    )
+    assert fingerprint(config, BatchLayout.of(config, 4), reshards=False) == expected

@@ -32,7 +32,7 @@ from ddpimg.train.progress import Progress
 from ddpimg.train.strategies import STRATEGIES
 from ddpimg.train.strategies.fsdp import FsdpStrategy, shard_units
 from ddpimg.train.tasks import TRAINERS
-from ddpimg.train.tasks.gpt import SIZES
+from ddpimg.train.tasks.gpt import SIZES, GptOptions
 from ddpimg.train.tasks.gpt.model import Block, Gpt
 from ddpimg.train.tasks.mnist.task import MnistNet
 from tests.noise import FLOAT32_STEP, Tolerance, assert_within
@@ -65,7 +65,9 @@ def test_units_skip_elements_without_parameters() -> None:
 
 
 def wrapped_gpt(ctx: DistContext, tmp_path: Path) -> tuple[FsdpStrategy, nn.Module]:
-    config = TrainConfig(trainer="gpt", size="tiny", strategy="fsdp", out=tmp_path)
+    config = TrainConfig(
+        trainer="gpt", options=GptOptions(size="tiny"), strategy="fsdp", out=tmp_path
+    )
     task = TRAINERS["gpt"].factory(config, ctx, BatchLayout.of(config, ctx.world_size))
     torch.manual_seed(0)
     model = task.build_model(DropoutContext(1))

@@ -34,6 +34,7 @@ from ddpimg.train.checkpoint.state import (
     check_fingerprint,
     fingerprint,
 )
+from ddpimg.train.tasks import arguments_json
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -131,7 +132,7 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     if (
         isinstance(arguments, dict)
         and status != "completed"
-        and _trajectory(arguments) == _trajectory(config.to_json())
+        and _trajectory(arguments) == _trajectory(arguments_json(config))
     ):
         print(
             f"ddpimg: warning: {manifest}: an earlier run of these options ended ({status}) "

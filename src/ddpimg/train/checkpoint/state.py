@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
+from ddpimg.train.tasks import FREE_TO_CHANGE_OPTIONS, arguments_json
 
 if TYPE_CHECKING:
     from ddpimg.train.batch import BatchLayout
@@ -27,33 +28,33 @@ LOOP_PT = "loop.pt"
 RNG_DIR = "rng"
 
 # Options that may differ between a run and its resumption: how long it trains, how it
-# logs, evaluates the held-out set (and which one), checkpoints and stops, where it writes,
-# how many processes load its data, how it treats unreadable samples, and the weights it
-# started from (a resumed run loads the checkpoint's). The batch options are
-# replaced by the global batch they give, ``--data`` by its kind (synthetic or files: the
-# same files may move, e.g. staged to node-local disk by each job). Any other option, those
-# added later included, decides the trajectory and must match.
-FREE_TO_CHANGE = frozenset(
-    {
-        "epochs",
-        "max_steps",
-        "batch_size",
-        "global_batch_size",
-        "eval_samples",
-        "eval_data",
-        "init_from",
-        "out",
-        "deterministic",
-        "log_every",
-        "warmup_steps",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "resume",
-        "preempt_signals",
-        "preempt_check_every",
-        "workers",
-        "bad_samples",
-    }
+# logs, evaluates the held-out set, checkpoints and stops, and where it writes; and the
+# trainers' options declared so (``option(free_to_change=True)``: which evaluation set, how
+# many processes load the data, how unreadable samples are treated, the weights it started
+# from: a resumed run loads the checkpoint's). The batch options are replaced by the global
+# batch they give, ``--data`` by its kind (synthetic or files: the same files may move, e.g.
+# staged to node-local disk by each job). Any other option, those added later included,
+# decides the trajectory and must match.
+FREE_TO_CHANGE = (
+    frozenset(
+        {
+            "epochs",
+            "max_steps",
+            "batch_size",
+            "global_batch_size",
+            "eval_samples",
+            "out",
+            "deterministic",
+            "log_every",
+            "warmup_steps",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "resume",
+            "preempt_signals",
+            "preempt_check_every",
+        }
+    )
+    | FREE_TO_CHANGE_OPTIONS
 )
 
 
@@ -139,7 +140,7 @@ def fingerprint(config: TrainConfig, batch: BatchLayout, reshards: bool) -> dict
     """The options that decide the loss trajectory, as JSON values (the batch options as
     ``batch``'s global size); with a strategy that cannot reshard its state, the world size
     too."""
-    values = {k: v for k, v in config.to_json().items() if k not in FREE_TO_CHANGE}
+    values = {k: v for k, v in arguments_json(config).items() if k not in FREE_TO_CHANGE}
     values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
     values["global_batch"] = batch.global_size
     if not reshards:

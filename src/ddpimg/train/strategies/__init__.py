@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpimg.train.config import check_choice
+from ddpimg.train.options import check_choice
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext

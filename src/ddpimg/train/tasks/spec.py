@@ -1,8 +1,9 @@
 """What a bundled trainer declares about itself, without importing torch.
 
 One ``TrainerSpec`` per trainer, next to its code (``ddpimg.train.tasks.<name>``): the
-command line takes its choices, defaults and help text from the specs, the runtime its
-devices per rank, and ``run_training`` its factory. The defaults here are the ones the
+command line takes its choices, defaults and help text from the specs (its own flags from
+the options dataclass a spec names), the runtime its devices per rank, and
+``run_training`` its factory. The defaults here are the ones the
 trainer's code uses, so a number is written once.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddpimg.train.config import DEFAULT_BATCH_SIZE
+from ddpimg.train.options import TrainerOptions
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -21,33 +23,13 @@ if TYPE_CHECKING:
     from ddpimg.train.tasks.base import Task
 
 
-@dataclass(frozen=True)
-class TrainerFlag:
-    """A flag that only one trainer takes. Left out, its ``TrainConfig`` field is None and
-    the trainer uses ``default`` (as ``train --help`` shows it)."""
-
-    option: str
-    help: str
-    default: str
-    metavar: str | None = None
-    type: Callable[[str], object] | None = None
-    choices: tuple[str, ...] | None = None
-    #: ``--flag`` / ``--no-flag`` (the field is then True, False or None).
-    negatable: bool = False
-
-    @property
-    def field(self) -> str:
-        """The ``TrainConfig`` field the flag sets."""
-        return self.option.removeprefix("--").replace("-", "_")
-
-
 def one_device(config: TrainConfig) -> int:
     """Devices per rank of a trainer whose model sits on one device."""
     return 1
 
 
 def no_check(config: TrainConfig) -> None:
-    """The check of a trainer without flags of its own."""
+    """The check of a trainer that takes every common option's value."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +50,11 @@ class TrainerSpec:
     bf16_on_gpu: bool = False
     #: What ``--data PATH`` is for this trainer; None: synthetic data only.
     data_source: str | None = None
-    flags: tuple[TrainerFlag, ...] = ()
+    #: Its own options (flags, help, checks): a dataclass declared with ``option`` fields.
+    options: type[TrainerOptions] = TrainerOptions
     devices_per_rank: Callable[[TrainConfig], int] = one_device
-    #: Checks the values of this trainer's own flags (DdpimgError naming the flag).
+    #: Refuses values of the common options that this trainer cannot take (DdpimgError
+    #: naming the flag); its own options check themselves.
     check: Callable[[TrainConfig], None] = no_check
 
     def auto_precision(self, device_type: str) -> str:

@@ -15,6 +15,7 @@ import transformers
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
+from ddpimg.train.tasks.gpt import GptOptions
 from ddpimg.train.tasks.gpt.config import GptConfig
 from ddpimg.train.tasks.gpt.hf import load_pretrained, read_config, write_hf_dir
 from ddpimg.train.tasks.gpt.model import Gpt
@@ -66,7 +67,9 @@ def test_init_from_computes_transformers_logits(tmp_path: Path, safe: bool) -> N
 def test_the_task_takes_shape_and_weights_from_init_from(tmp_path: Path) -> None:
     reference = hf_model()
     reference.save_pretrained(tmp_path / "hf")
-    config = TrainConfig(trainer="gpt", init_from=str(tmp_path / "hf"), out=tmp_path)
+    config = TrainConfig(
+        trainer="gpt", options=GptOptions(init_from=str(tmp_path / "hf")), out=tmp_path
+    )
     task = GptTask(config, single_process())
     assert (task.shape.vocab_size, task.seq_len) == (97, 32)
     model = task.build_model(DropoutContext(1))

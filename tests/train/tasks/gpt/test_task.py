@@ -21,14 +21,14 @@ from ddpimg.train.strategies.ddp import DdpStrategy
 from ddpimg.train.tasks.gpt.data import synthetic_sequences
 from ddpimg.train.tasks.gpt.task import GptTask, peak_bf16_flops
 from tests.datagen import write_token_corpus
+from tests.train.configs import trainer_config
 from tests.train.contexts import single_process
 
 CPU = single_process()
 
 
 def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
-    fields: dict[str, object] = {"trainer": "gpt", "size": "tiny", "out": tmp_path} | overrides
-    return TrainConfig(**fields)  # type: ignore[arg-type]
+    return trainer_config("gpt", **{"size": "tiny", "out": tmp_path} | overrides)
 
 
 def test_synthetic_sequences_are_fixed_and_prefix_stable() -> None:

@@ -14,6 +14,7 @@ from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.tasks.resnet.synthetic import SyntheticImages
 from ddpimg.train.tasks.resnet.task import ResnetTask
+from tests.train.configs import trainer_config
 from tests.train.contexts import single_process
 
 CPU = single_process()
@@ -24,15 +25,14 @@ def task_of(config: TrainConfig, ctx: DistContext = CPU) -> ResnetTask:
 
 
 def resnet(tmp_path: Path, **overrides: object) -> TrainConfig:
-    fields: dict[str, object] = {
-        "trainer": "resnet",
+    fields = {
         "arch": "resnet18",
         "image_size": 32,
         "train_samples": 64,
         "eval_samples": 16,
         "out": tmp_path,
-    } | overrides
-    return TrainConfig(**fields)  # type: ignore[arg-type]
+    }
+    return trainer_config("resnet", **fields | overrides)
 
 
 def test_unknown_arch_fails_when_the_task_is_made(tmp_path: Path) -> None:

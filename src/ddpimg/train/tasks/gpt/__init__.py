@@ -5,12 +5,13 @@ from scratch or from Hugging Face GPT-2 weights (``hf``). Its sizes (``--size``)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError
-from ddpimg.train.config import check_at_least
+from ddpimg.train.options import TrainerOptions, option
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
-from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec, learning_rate_text
+from ddpimg.train.tasks.spec import TrainerSpec, learning_rate_text
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -25,19 +26,46 @@ def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     return GptTask(config, ctx)
 
 
-def _check(config: TrainConfig) -> None:
-    if config.size is not None and config.size not in SIZES:
-        choices = ", ".join(SIZES)
-        raise DdpimgError(
-            f"--size must be one of {choices}, got {config.size!r}", hint=f"pick one of {choices}"
-        )
-    check_at_least("--seq-len", config.seq_len, 1, "leave it out to use the model's whole context")
-    if config.init_from is not None and config.size is not None:
-        raise DdpimgError(
-            f"--size {config.size} and --init-from {config.init_from}: the model's shape comes "
-            "from the checkpoint's config.json",
-            hint="drop --size",
-        )
+@dataclass(frozen=True)
+class GptOptions(TrainerOptions):
+    """``train gpt``'s own flags."""
+
+    size: str | None = option(
+        "; ".join(f"{name}: {size.describe()}" for name, size in SIZES.items()),
+        default=DEFAULT_SIZE,
+        choices=tuple(SIZES),
+    )
+    seq_len: int | None = option(
+        "tokens per sample, at most the model's context",
+        default="the context",
+        metavar="N",
+        minimum=1,
+        hint="leave it out to use the model's whole context",
+    )
+    eval_data: str | None = option(
+        "the evaluation shards (a directory, glob or file) instead of --data's "
+        "validation-named ones",
+        default="--data's files with 'val' as a word of their name",
+        metavar="PATH",
+        free_to_change=True,
+    )
+    init_from: str | None = option(
+        "start from the GPT-2 weights of a Hugging Face model directory (config.json and "
+        "model.safetensors or pytorch_model.bin), e.g. to fine-tune; its config gives the "
+        "shape and vocabulary",
+        default="fresh weights of --size",
+        metavar="DIR",
+        # A resumed run loads the checkpoint's weights.
+        free_to_change=True,
+    )
+
+    def check(self) -> None:
+        if self.init_from is not None and self.size is not None:
+            raise DdpimgError(
+                f"--size {self.size} and --init-from {self.init_from}: the model's shape "
+                "comes from the checkpoint's config.json",
+                hint="drop --size",
+            )
 
 
 SPEC = TrainerSpec(
@@ -56,35 +84,5 @@ SPEC = TrainerSpec(
     data_source="a directory or glob of token shards: llm.c's (*_train_*.bin, "
     "*_val_*.bin; uint16 or uint32) or nanoGPT's (train.bin, val.bin); files with 'val' as a "
     "word of their name are the evaluation set",
-    flags=(
-        TrainerFlag(
-            "--size",
-            "; ".join(f"{name}: {size.describe()}" for name, size in SIZES.items()),
-            default=DEFAULT_SIZE,
-            choices=tuple(SIZES),
-        ),
-        TrainerFlag(
-            "--seq-len",
-            "tokens per sample, at most the model's context",
-            default="the context",
-            metavar="N",
-            type=int,
-        ),
-        TrainerFlag(
-            "--eval-data",
-            "the evaluation shards (a directory, glob or file) instead of --data's "
-            "validation-named ones",
-            default="--data's files with 'val' as a word of their name",
-            metavar="PATH",
-        ),
-        TrainerFlag(
-            "--init-from",
-            "start from the GPT-2 weights of a Hugging Face model directory (config.json and "
-            "model.safetensors or pytorch_model.bin), e.g. to fine-tune; its config gives the "
-            "shape and vocabulary",
-            default="fresh weights of --size",
-            metavar="DIR",
-        ),
-    ),
-    check=_check,
+    options=GptOptions,
 )

@@ -30,7 +30,7 @@ from torch import nn
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
-from ddpimg.train.tasks.gpt import hf
+from ddpimg.train.tasks.gpt import GptOptions, hf
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
 from ddpimg.train.tasks.gpt.data import ShardData, padded_vocabulary, synthetic_tokens
 from ddpimg.train.tasks.gpt.model import Gpt
@@ -71,13 +71,14 @@ class GptTask:
         self.config = config
         self.ctx = ctx
         self.device = ctx.device
-        self.size = config.size or DEFAULT_SIZE
-        self.pretrained = None if config.init_from is None else Path(config.init_from)
+        options = GptOptions.of(config)
+        self.size = options.size or DEFAULT_SIZE
+        self.pretrained = None if options.init_from is None else Path(options.init_from)
         self.shards = (
-            None if config.data == SYNTHETIC else ShardData.open(config.data, config.eval_data)
+            None if config.data == SYNTHETIC else ShardData.open(config.data, options.eval_data)
         )
         self.shape = self.model_shape()
-        self.seq_len = config.seq_len or self.shape.block_size
+        self.seq_len = options.seq_len or self.shape.block_size
         if self.seq_len > self.shape.block_size:
             where = (
                 f"--size {self.size}"

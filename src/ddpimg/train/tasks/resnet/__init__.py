@@ -5,10 +5,11 @@ tutorials' GPU benchmark."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpimg.train.config import check_at_least, check_choice
-from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec
+from ddpimg.train.options import TrainerOptions, option
+from ddpimg.train.tasks.spec import TrainerSpec
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -32,11 +33,44 @@ def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
 BAD_SAMPLES = ("error", "skip")
 
 
-def _check(config: TrainConfig) -> None:
-    check_at_least("--image-size", config.image_size, MIN_IMAGE_SIZE, "ImageNet models take 224")
-    check_at_least("--workers", config.workers, 0, "0 loads the data in the training process")
-    if config.bad_samples is not None:
-        check_choice("--bad-samples", config.bad_samples, BAD_SAMPLES)
+@dataclass(frozen=True)
+class ResnetOptions(TrainerOptions):
+    """``train resnet``'s own flags."""
+
+    arch: str | None = option(
+        "any torchvision classification model, e.g. resnet18, vit_b_16",
+        default=DEFAULT_ARCH,
+        metavar="NAME",
+    )
+    image_size: int | None = option(
+        "side of the square images: synthetic ones are generated at it, files are randomly "
+        "cropped to it for training and resized and centre-cropped for evaluation",
+        default=str(DEFAULT_IMAGE_SIZE),
+        metavar="PX",
+        minimum=MIN_IMAGE_SIZE,
+        hint="ImageNet models take 224",
+    )
+    sync_batchnorm: bool | None = option(
+        "BatchNorm statistics over the global batch (torch's SyncBatchNorm with several GPU "
+        "ranks, GlobalBatchNorm on the CPU): needed for topology invariance; costs a "
+        "collective per layer",
+        default="on",
+    )
+    workers: int | None = option(
+        "data-loading worker processes per rank for --data DIR (0: load in the training process)",
+        default="the rank's CPUs - 1, at most 32",
+        metavar="N",
+        minimum=0,
+        hint="0 loads the data in the training process",
+        free_to_change=True,
+    )
+    bad_samples: str | None = option(
+        "an unreadable image file: stop with an error naming it, or replace it by the next "
+        "readable sample and count it in the summary",
+        default="error",
+        choices=BAD_SAMPLES,
+        free_to_change=True,
+    )
 
 
 SPEC = TrainerSpec(
@@ -49,44 +83,5 @@ SPEC = TrainerSpec(
     bf16_on_gpu=True,
     data_source="an ImageFolder tree (DIR/train/CLASS/*, DIR/val/CLASS/*) or tar shards "
     "(DIR/train-*.tar, DIR/val-*.tar), read as the steps need them",
-    flags=(
-        TrainerFlag(
-            "--arch",
-            "any torchvision classification model, e.g. resnet18, vit_b_16",
-            default=DEFAULT_ARCH,
-            metavar="NAME",
-        ),
-        TrainerFlag(
-            "--image-size",
-            "side of the square images: synthetic ones are generated at it, files are "
-            "randomly cropped to it for training and resized and centre-cropped for evaluation",
-            default=str(DEFAULT_IMAGE_SIZE),
-            metavar="PX",
-            type=int,
-        ),
-        TrainerFlag(
-            "--sync-batchnorm",
-            "BatchNorm statistics over the global batch (torch's SyncBatchNorm with several "
-            "GPU ranks, GlobalBatchNorm on the CPU): needed for topology invariance; costs a "
-            "collective per layer",
-            default="on",
-            negatable=True,
-        ),
-        TrainerFlag(
-            "--workers",
-            "data-loading worker processes per rank for --data DIR (0: load in the training "
-            "process)",
-            default="the rank's CPUs - 1, at most 32",
-            metavar="N",
-            type=int,
-        ),
-        TrainerFlag(
-            "--bad-samples",
-            "an unreadable image file: stop with an error naming it, or replace it by the next "
-            "readable sample and count it in the summary",
-            default="error",
-            choices=BAD_SAMPLES,
-        ),
-    ),
-    check=_check,
+    options=ResnetOptions,
 )

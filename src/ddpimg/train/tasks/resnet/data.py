@@ -21,6 +21,7 @@ from ddpimg.data.sources import open_splits, prepare
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.tasks.datasets import sample_count
+from ddpimg.train.tasks.resnet import ResnetOptions
 from ddpimg.train.tasks.resnet.stream import (
     EVAL,
     TRAIN,
@@ -80,8 +81,9 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
             ),
         ),
     )
+    options = ResnetOptions.of(config)
     share = ctx.cpu_share
-    workers = share.workers if config.workers is None else config.workers
+    workers = share.workers if options.workers is None else options.workers
     if ctx.cpu_threads_from_share and workers:
         # Training on the CPU: the loader workers take their CPUs out of the rank's share,
         # or the training threads and the workers together oversubscribe it.
@@ -91,7 +93,7 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         image_size,
         seed=config.seed,
         workers=workers,
-        skip_bad=config.bad_samples == "skip",
+        skip_bad=options.bad_samples == "skip",
         device=ctx.device,
         channels_last=channels_last,
     )
@@ -102,7 +104,7 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         "eval_samples": len(eval_view),
         "classes": len(train_source.classes),
         "workers": workers,
-        "workers_from": "--workers" if config.workers is not None else "cpus - 1",
+        "workers_from": "--workers" if options.workers is not None else "cpus - 1",
         "cpus": share.cpus,
         "cpus_from": share.source,
     }

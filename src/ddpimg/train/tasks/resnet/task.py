@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC
+from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC, ResnetOptions
 from ddpimg.train.tasks.resnet.data import ImageData, load_images
 from ddpimg.train.tasks.resnet.model import build_classifier, check_arch
 
@@ -49,9 +49,10 @@ class ResnetTask:
         self.config = config
         self.ctx = ctx
         self.batch = batch
-        self.arch = config.arch or DEFAULT_ARCH
+        self.options = ResnetOptions.of(config)
+        self.arch = self.options.arch or DEFAULT_ARCH
         check_arch(self.arch)
-        self.image_size = config.image_size or DEFAULT_IMAGE_SIZE
+        self.image_size = self.options.image_size or DEFAULT_IMAGE_SIZE
 
     @cached_property
     def images(self) -> ImageData:
@@ -81,7 +82,7 @@ class ResnetTask:
         """How BatchNorm takes its statistics (``model.build_classifier``): over the global
         batch unless ``--no-sync-batchnorm``, with torch's SyncBatchNorm where it runs
         (several GPU ranks) and GlobalBatchNorm on the CPU."""
-        if self.config.sync_batchnorm is False:
+        if self.options.sync_batchnorm is False:
             return "local"
         if self.ctx.device.type != "cuda":
             return "global"

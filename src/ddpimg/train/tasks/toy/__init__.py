@@ -3,11 +3,13 @@ head and tail may sit on two GPUs of one process (``task``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
-from ddpimg.train.tasks.spec import TrainerFlag, TrainerSpec
+from ddpimg.train.options import TrainerOptions, option
+from ddpimg.train.tasks.spec import TrainerSpec
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -25,9 +27,29 @@ def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     return ToyTask(config, ctx)
 
 
+@dataclass(frozen=True)
+class ToyOptions(TrainerOptions):
+    """``train toy``'s own flag."""
+
+    gpus_per_replica: int | None = option(
+        "GPUs each process drives: 2 puts the head and the tail on two GPUs; GPUs per node "
+        "must be processes per node times this",
+        default=str(DEFAULT_GPUS_PER_REPLICA),
+        metavar="|".join(map(str, GPUS_PER_REPLICA)),
+    )
+
+    def check(self) -> None:
+        if self.gpus_per_replica is not None and self.gpus_per_replica not in GPUS_PER_REPLICA:
+            raise DdpimgError(
+                f"--gpus-per-replica must be 1 or 2, got {self.gpus_per_replica}",
+                hint="the toy model has two parts, head and tail: 2 puts them on two GPUs, 1 "
+                "on one",
+            )
+
+
 def gpus_per_replica(config: TrainConfig) -> int:
     """GPUs each process drives (``--gpus-per-replica``)."""
-    return config.gpus_per_replica or DEFAULT_GPUS_PER_REPLICA
+    return ToyOptions.of(config).gpus_per_replica or DEFAULT_GPUS_PER_REPLICA
 
 
 def _check(config: TrainConfig) -> None:
@@ -36,11 +58,6 @@ def _check(config: TrainConfig) -> None:
             f"the toy trainer has only a synthetic dataset, got --data {config.data}",
             hint="drop --data (the toy rows are [x]*32 with label x % 10)",
         )
-    if config.gpus_per_replica is not None and config.gpus_per_replica not in GPUS_PER_REPLICA:
-        raise DdpimgError(
-            f"--gpus-per-replica must be 1 or 2, got {config.gpus_per_replica}",
-            hint="the toy model has two parts, head and tail: 2 puts them on two GPUs, 1 on one",
-        )
 
 
 SPEC = TrainerSpec(
@@ -48,16 +65,7 @@ SPEC = TrainerSpec(
     factory=_task,
     optimizer="Adam",
     learning_rate=1e-4,
-    flags=(
-        TrainerFlag(
-            "--gpus-per-replica",
-            "GPUs each process drives: 2 puts the head and the tail on two GPUs; GPUs per "
-            "node must be processes per node times this",
-            default=str(DEFAULT_GPUS_PER_REPLICA),
-            metavar="|".join(map(str, GPUS_PER_REPLICA)),
-            type=int,
-        ),
-    ),
+    options=ToyOptions,
     devices_per_rank=gpus_per_replica,
     check=_check,
 )
