@@ -3,6 +3,7 @@
     nox                        lint and unit tests (the default sessions)
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
+    nox -s multinode-and-smoke the multi-node and the image's smoke tests side by side
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
     nox -s docs                the documentation site (docs/, mkdocs.yml) into site/
     nox -s bench               benchmarks: vs plain PyTorch loops, overheads, scale, the image
@@ -25,8 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import nox
@@ -139,6 +144,80 @@ def integration(session: nox.Session) -> None:
 def multinode(session: nox.Session) -> None:
     """Run the multi-node tests on a Slurm cluster of network-namespace nodes (root)."""
     _pytest(session, "tests/multinode", "-p", "no:cacheprovider", engines=True)
+
+
+# Sessions that leave much of the CPU idle (waits on Slurm, the image build's downloads and
+# disk writes, podman-hpc's squashfs): `multinode-and-smoke` runs them side by side (issue 26).
+SIDE_BY_SIDE = ("multinode", "smoke")
+# How long a child session may take to end after an interrupt before it is killed: its own
+# clean-up (the namespace cluster, dockerd) needs seconds, not minutes.
+CHILD_STOP_S = 60
+
+
+@nox.session(name="multinode-and-smoke", default=False, venv_backend="none")
+def multinode_and_smoke(session: nox.Session) -> None:
+    """Run the multinode and smoke sessions at the same time, each its own `nox -s` (their
+    output interleaved, each line prefixed with its session's name); fail if either fails.
+    Each leaves about half of the CPU idle on its own, so together they end sooner than one
+    after the other (the test command's last step)."""
+    # Set-up first, once: the shared venv and the engines' packages. The children then start
+    # without installing (multinode) or into a venv of their own (smoke): two pip runs into
+    # one venv, or two apt runs, would race.
+    _stack(session)
+    engine.install_engine_packages(session)
+    flags = {"multinode": ["--no-install"], "smoke": []}
+    children = {name: _nox_child(name, flags[name], session.posargs) for name in SIDE_BY_SIDE}
+    failed = _wait_for_children(session, children)
+    if failed:
+        session.error(f"{' and '.join(failed)} failed: see the lines prefixed with its name above")
+
+
+def _nox_child(name: str, flags: list[str], posargs: list[str]) -> subprocess.Popen[str]:
+    """Start `nox -s NAME` on this noxfile, in this process's environment (not the parent
+    session's: each child sets up its own), its stderr into its stdout."""
+    command = [sys.executable, "-m", "nox", "--noxfile", __file__, "-s", name, *flags]
+    if posargs:
+        command += ["--", *posargs]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+
+
+def _wait_for_children(
+    session: nox.Session, children: dict[str, subprocess.Popen[str]]
+) -> list[str]:
+    """Copy each child's lines to stdout, prefixed with its name, until all have ended; on an
+    interrupt, pass it on and wait CHILD_STOP_S for their clean-up. Return the failed ones."""
+    started = time.monotonic()
+    lock = threading.Lock()
+
+    def copy(name: str, child: subprocess.Popen[str]) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            with lock:
+                sys.stdout.write(f"[{name}] {line}")
+                sys.stdout.flush()
+
+    copiers = [threading.Thread(target=copy, args=item, daemon=True) for item in children.items()]
+    for copier in copiers:
+        copier.start()
+    try:
+        for name, child in children.items():
+            child.wait()
+            session.log(f"{name}: exit {child.returncode} after {time.monotonic() - started:.0f} s")
+    except BaseException:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+        for child in children.values():
+            try:
+                child.wait(timeout=CHILD_STOP_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        raise
+    for copier in copiers:
+        copier.join(timeout=CHILD_STOP_S)
+    return [name for name, child in children.items() if child.returncode != 0]
 
 
 @nox.session(default=False, venv_backend="none")
