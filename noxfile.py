@@ -24,6 +24,7 @@ the image sessions here only call it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -149,8 +150,8 @@ def multinode(session: nox.Session) -> None:
 # Sessions that leave much of the CPU idle (waits on Slurm, the image build's downloads and
 # disk writes, podman-hpc's squashfs): `multinode-and-smoke` runs them side by side (issue 26).
 SIDE_BY_SIDE = ("multinode", "smoke")
-# How long a child session may take to end after an interrupt before it is killed: its own
-# clean-up (the namespace cluster, dockerd) needs seconds, not minutes.
+# How long a child session is given to end after an interrupt, and again after a SIGINT from
+# this one, before it is killed: its own clean-up (the namespace cluster, dockerd) needs seconds.
 CHILD_STOP_S = 60
 
 
@@ -186,8 +187,8 @@ def _nox_child(name: str, flags: list[str], posargs: list[str]) -> subprocess.Po
 def _wait_for_children(
     session: nox.Session, children: dict[str, subprocess.Popen[str]]
 ) -> list[str]:
-    """Copy each child's lines to stdout, prefixed with its name, until all have ended; on an
-    interrupt, pass it on and wait CHILD_STOP_S for their clean-up. Return the failed ones."""
+    """Copy each child's lines to stdout, prefixed with its name, until all have ended (each
+    says when); on an interrupt, see that they end too (CHILD_STOP_S). Return the failed ones."""
     started = time.monotonic()
     lock = threading.Lock()
 
@@ -197,23 +198,29 @@ def _wait_for_children(
             with lock:
                 sys.stdout.write(f"[{name}] {line}")
                 sys.stdout.flush()
+        code = child.wait()
+        with lock:
+            session.log(f"{name}: exit {code} after {time.monotonic() - started:.0f} s")
 
     copiers = [threading.Thread(target=copy, args=item, daemon=True) for item in children.items()]
     for copier in copiers:
         copier.start()
     try:
-        for name, child in children.items():
+        for child in children.values():
             child.wait()
-            session.log(f"{name}: exit {child.returncode} after {time.monotonic() - started:.0f} s")
     except BaseException:
-        for child in children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGINT)
-        for child in children.values():
-            try:
-                child.wait(timeout=CHILD_STOP_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        # A Ctrl-C reached the children too (one process group): give them CHILD_STOP_S to
+        # clean up on their own. An interrupt that was this process's alone (kill -INT) is
+        # passed on after that; a child still there CHILD_STOP_S later is killed.
+        for stop in (None, signal.SIGINT, signal.SIGKILL):
+            running = [child for child in children.values() if child.poll() is None]
+            for child in running:
+                if stop is not None:
+                    child.send_signal(stop)
+            deadline = time.monotonic() + CHILD_STOP_S
+            for child in running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
         raise
     for copier in copiers:
         copier.join(timeout=CHILD_STOP_S)
