@@ -3,6 +3,7 @@
     nox                        lint and unit tests (the default sessions)
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
+    nox -s lint-and-tests      lint beside the unit tests (the test command's first step)
     nox -s multinode-and-smoke the multi-node and the image's smoke tests side by side
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
     nox -s docs                the documentation site (docs/, mkdocs.yml) into site/
@@ -137,7 +138,8 @@ def integration(session: nox.Session) -> None:
     # test spends much of its time waiting on launchers, Slurm's polls and start-ups, so
     # two at a time finish sooner even on 2 cores. Each worker runs a Slurm cluster of its
     # own (tests/integration/conftest.py: job IDs, hence ports, apart).
-    workers = ("-n", "2", "--dist", "loadfile")
+    # The longest files first (tests/integration/schedule.py), not pytest-xdist's order.
+    workers = ("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
     _pytest(session, "tests/integration", *workers, "-p", "no:cacheprovider", engines=True)
 
 
@@ -147,27 +149,38 @@ def multinode(session: nox.Session) -> None:
     _pytest(session, "tests/multinode", "-p", "no:cacheprovider", engines=True)
 
 
-# Sessions that leave much of the CPU idle (waits on Slurm, the image build's downloads and
-# disk writes, podman-hpc's squashfs): `multinode-and-smoke` runs them side by side (issue 26).
-SIDE_BY_SIDE = ("multinode", "smoke")
 # How long a child session is given to end after an interrupt, and again after a SIGINT from
 # this one, before it is killed: its own clean-up (the namespace cluster, dockerd) needs seconds.
 CHILD_STOP_S = 60
 
 
+@nox.session(name="lint-and-tests", default=False, venv_backend="none")
+def lint_and_tests(session: nox.Session) -> None:
+    """Run the lint and tests sessions at the same time (the test command's first step): lint
+    is mostly mypy, one core; the unit tests fill the other."""
+    _stack(session)  # set-up once, first: two pip runs into one venv would race
+    _side_by_side(session, {"lint": ["--no-install"], "tests": ["--no-install"]})
+
+
 @nox.session(name="multinode-and-smoke", default=False, venv_backend="none")
 def multinode_and_smoke(session: nox.Session) -> None:
-    """Run the multinode and smoke sessions at the same time, each its own `nox -s` (their
-    output interleaved, each line prefixed with its session's name); fail if either fails.
-    Each leaves about half of the CPU idle on its own, so together they end sooner than one
-    after the other (the test command's last step)."""
+    """Run the multinode and smoke sessions at the same time (the test command's last step).
+    Each leaves about half of the CPU idle on its own: Slurm's polls and the nodes'
+    start-ups; the image build's downloads and layer writes."""
     # Set-up first, once: the shared venv and the engines' packages. The children then start
     # without installing (multinode) or into a venv of their own (smoke): two pip runs into
     # one venv, or two apt runs, would race.
     _stack(session)
     engine.install_engine_packages(session)
-    flags = {"multinode": ["--no-install"], "smoke": []}
-    children = {name: _nox_child(name, flags[name], session.posargs) for name in SIDE_BY_SIDE}
+    _side_by_side(session, {"multinode": ["--no-install"], "smoke": []})
+
+
+def _side_by_side(session: nox.Session, flags: dict[str, list[str]]) -> None:
+    """Run the sessions named in ``flags`` at the same time, each its own `nox -s NAME FLAGS`
+    (their output interleaved, each line prefixed with its session's name; the session's
+    arguments after `--` go to each); fail if any fails (issue 26: on 2 cores, what one
+    session leaves idle the other uses)."""
+    children = {name: _nox_child(name, extra, session.posargs) for name, extra in flags.items()}
     failed = _wait_for_children(session, children)
     if failed:
         session.error(f"{' and '.join(failed)} failed: see the lines prefixed with its name above")

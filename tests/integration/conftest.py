@@ -31,6 +31,7 @@ from tests.integration.runs import (
     test_cwd,
     train_losses,
 )
+from tests.integration.schedule import longest_first
 
 # Autouse: every launcher starts in a directory of its own (tests.integration.runs).
 __all__ = ["module_cwd", "scratch_directories", "test_cwd"]
@@ -109,3 +110,9 @@ def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
     build = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     run([PYTHON, "-c", build], env, timeout=900)
     return env
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long files first (tests/integration/schedule.py; the integration session turns
+    pytest-xdist's own reordering off)."""
+    items[:] = longest_first(items, lambda item: item.path)
