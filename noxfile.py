@@ -60,6 +60,8 @@ DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "-
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
 STACK_SESSION = "tests"
+# Set for sessions run side by side (_side_by_side) to the shared venv their parent made.
+STACK_READY = "DDPIMG_NOX_STACK_READY"
 
 
 def _stack(session: nox.Session) -> Path:
@@ -69,14 +71,19 @@ def _stack(session: nox.Session) -> Path:
     looks a program up on its own PATH."""
     venv = session.env_dir.with_name(STACK_SESSION).resolve()
     bin_dir = venv / "bin"
-    if not (bin_dir / "python").exists():
-        # What nox itself runs for a session's venv: `nox -s tests` reuses this one.
-        session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
-    session.run_install(
-        str(bin_dir / "python"), "-m", "pip", "install",
-        "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
-        external=True, silent=True,
-    )  # fmt: skip
+    if os.environ.get(STACK_READY) == str(venv):
+        # A session run beside another (_side_by_side): its parent made the venv, and a pip
+        # run here would rewrite ddpimg's editable install under the other's feet.
+        session.log(f"{venv}: made ready by the parent session")
+    else:
+        if not (bin_dir / "python").exists():
+            # What nox itself runs for a session's venv: `nox -s tests` reuses this one.
+            session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
+        session.run_install(
+            str(bin_dir / "python"), "-m", "pip", "install",
+            "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
+            external=True, silent=True,
+        )  # fmt: skip
     session.env["VIRTUAL_ENV"] = str(venv)
     session.env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     return bin_dir
@@ -158,8 +165,7 @@ CHILD_STOP_S = 60
 def lint_and_tests(session: nox.Session) -> None:
     """Run the lint and tests sessions at the same time (the test command's first step): lint
     is mostly mypy, one core; the unit tests fill the other."""
-    _stack(session)  # set-up once, first: two pip runs into one venv would race
-    _side_by_side(session, {"lint": ["--no-install"], "tests": ["--no-install"]})
+    _side_by_side(session, ["lint", "tests"])
 
 
 @nox.session(name="multinode-and-smoke", default=False, venv_backend="none")
@@ -167,33 +173,33 @@ def multinode_and_smoke(session: nox.Session) -> None:
     """Run the multinode and smoke sessions at the same time (the test command's last step).
     Each leaves about half of the CPU idle on its own: Slurm's polls and the nodes'
     start-ups; the image build's downloads and layer writes."""
-    # Set-up first, once: the shared venv and the engines' packages. The children then start
-    # without installing (multinode) or into a venv of their own (smoke): two pip runs into
-    # one venv, or two apt runs, would race.
-    _stack(session)
+    # The engines' packages first, once: two apt runs would race (smoke installs into a venv
+    # of its own).
     engine.install_engine_packages(session)
-    _side_by_side(session, {"multinode": ["--no-install"], "smoke": []})
+    _side_by_side(session, ["multinode", "smoke"])
 
 
-def _side_by_side(session: nox.Session, flags: dict[str, list[str]]) -> None:
-    """Run the sessions named in ``flags`` at the same time, each its own `nox -s NAME FLAGS`
-    (their output interleaved, each line prefixed with its session's name; the session's
-    arguments after `--` go to each); fail if any fails (issue 26: on 2 cores, what one
-    session leaves idle the other uses)."""
-    children = {name: _nox_child(name, extra, session.posargs) for name, extra in flags.items()}
+def _side_by_side(session: nox.Session, names: list[str]) -> None:
+    """Run the sessions ``names`` at the same time, each its own `nox -s NAME` (their output
+    interleaved, each line prefixed with its session's name; the session's arguments after
+    `--` go to each); fail if any fails (issue 26: on 2 cores, what one session leaves idle
+    the other uses). The shared venv is made first, here: the children leave it alone."""
+    bin_dir = _stack(session)
+    env = os.environ | {STACK_READY: str(bin_dir.parent)}
+    children = {name: _nox_child(name, env, session.posargs) for name in names}
     failed = _wait_for_children(session, children)
     if failed:
         session.error(f"{' and '.join(failed)} failed: see the lines prefixed with its name above")
 
 
-def _nox_child(name: str, flags: list[str], posargs: list[str]) -> subprocess.Popen[str]:
-    """Start `nox -s NAME` on this noxfile, in this process's environment (not the parent
-    session's: each child sets up its own), its stderr into its stdout."""
-    command = [sys.executable, "-m", "nox", "--noxfile", __file__, "-s", name, *flags]
+def _nox_child(name: str, env: dict[str, str], posargs: list[str]) -> subprocess.Popen[str]:
+    """Start `nox -s NAME` on this noxfile in ``env`` (this process's environment, not the
+    parent session's: each child sets up its own), its stderr into its stdout."""
+    command = [sys.executable, "-m", "nox", "--noxfile", __file__, "-s", name]
     if posargs:
         command += ["--", *posargs]
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
 
 

@@ -32,6 +32,8 @@ LONGEST_FIRST = (
     "test_launchers.py",  # ~140 s
     "test_resume_world_size.py",  # ~115 s
     "test_chaos.py",  # ~105 s
+    "test_tracker_sync.py",  # ~80 s
+    "test_stalls.py",  # ~80 s
 )
 
 Item = TypeVar("Item")
