@@ -3,8 +3,9 @@
     nox                        lint and unit tests (the default sessions)
     nox -s integration         tests under real launchers: a private Slurm cluster, Open MPI,
                                torchrun, DeepSpeed (installs the Debian packages when root)
-    nox -s lint-and-tests      lint beside the unit tests (the test command's first step)
-    nox -s multinode-and-smoke the multi-node and the image's smoke tests side by side
+    nox -s all-tests           the test command: lint, unit, integration, multi-node and the
+                               image's smoke tests, in two lanes side by side
+    nox -s lint-and-tests      lint beside the unit tests
     nox -s demo                the main job: 2 local CPU workers, synthetic data, 1 epoch
     nox -s docs                the documentation site (docs/, mkdocs.yml) into site/
     nox -s bench               benchmarks: vs plain PyTorch loops, overheads, scale, the image
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nox
@@ -60,33 +63,89 @@ DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "-
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
 STACK_SESSION = "tests"
-# Set for sessions run side by side (_side_by_side) to the shared venv their parent made.
+# Set for sessions run side by side (_side_by_side) to the shared venv their parent makes;
+# they wait until READY_MARKER is in it (at most STACK_WAIT_S: a hang guard, the venv takes
+# 4-10 minutes) and never run pip in it themselves.
 STACK_READY = "DDPIMG_NOX_STACK_READY"
+READY_MARKER = ".ddpimg-stack-ready"
+STACK_WAIT_S = 3600
+STACK_POLL_S = 2.0
+# ddpimg's own editable build takes seconds: a hang guard.
+BUILD_LOCK_WAIT_S = 600
+
+
+def _stack_dir(session: nox.Session) -> Path:
+    """The shared venv: STACK_SESSION's, beside this session's."""
+    return session.env_dir.with_name(STACK_SESSION).resolve()
 
 
 def _stack(session: nox.Session) -> Path:
-    """Make the shared venv (STACK_SESSION's, beside this session's) hold ddpimg (editable),
-    the training stack, the dev tools and the benchmarks' extras; return its bin directory,
-    which comes first on PATH for the session's commands. Run its programs by that path: nox
-    looks a program up on its own PATH."""
-    venv = session.env_dir.with_name(STACK_SESSION).resolve()
+    """Make the shared venv (_stack_dir) hold ddpimg (editable), the training stack, the dev
+    tools and the benchmarks' extras; return its bin directory, which comes first on PATH for
+    the session's commands. Run its programs by that path: nox looks a program up on its own
+    PATH."""
+    venv = _stack_dir(session)
     bin_dir = venv / "bin"
     if os.environ.get(STACK_READY) == str(venv):
-        # A session run beside another (_side_by_side): its parent made the venv, and a pip
+        # A session run beside another (_side_by_side): its parent makes the venv, and a pip
         # run here would rewrite ddpimg's editable install under the other's feet.
-        session.log(f"{venv}: made ready by the parent session")
+        _wait_for_stack(session, venv)
     else:
+        (venv / READY_MARKER).unlink(missing_ok=True)
         if not (bin_dir / "python").exists():
-            # What nox itself runs for a session's venv: `nox -s tests` reuses this one.
+            # What nox itself runs for a session's venv.
             session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
+        pip = [str(bin_dir / "python"), "-m", "pip", "install"]
         session.run_install(
-            str(bin_dir / "python"), "-m", "pip", "install",
-            "-e", ".", "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
+            *pip, "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
             external=True, silent=True,
         )  # fmt: skip
+        with _building_from_the_tree(session):
+            # ddpimg has no dependencies of its own (pyproject.toml).
+            session.run_install(*pip, "--no-deps", "-e", ".", external=True, silent=True)
+        (venv / READY_MARKER).write_text(f"made by nox (pid {os.getpid()})\n")
     session.env["VIRTUAL_ENV"] = str(venv)
     session.env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     return bin_dir
+
+
+@contextlib.contextmanager
+def _building_from_the_tree(session: nox.Session) -> Iterator[None]:
+    """Hold the lock under which pip builds ddpimg from this tree: setuptools writes
+    src/ddpimg.egg-info while it does, and two builds at once (the lanes of all-tests, each
+    making a venv) could read each other's half-written files. A hang guard bounds the wait."""
+    path = Path(__file__).resolve().parent / ".nox" / "building-ddpimg.lock"
+    path.parent.mkdir(exist_ok=True)
+    with path.open("w") as handle:
+        started = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - started > BUILD_LOCK_WAIT_S:
+                    session.error(f"{path} is still held after {BUILD_LOCK_WAIT_S} s")
+                time.sleep(STACK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _wait_for_stack(session: nox.Session, venv: Path) -> None:
+    """Wait until the parent session has made the shared venv (its READY_MARKER)."""
+    marker = venv / READY_MARKER
+    started = time.monotonic()
+    if not marker.exists():
+        session.log(f"{venv}: waiting for the parent session to make it")
+    while not marker.exists():
+        if time.monotonic() - started > STACK_WAIT_S:
+            session.error(
+                f"{venv} is still not ready after {STACK_WAIT_S} s (no {READY_MARKER}): the "
+                "parent session that makes it failed or stopped; see its lines above"
+            )
+        time.sleep(STACK_POLL_S)
+    session.log(f"{venv}: made ready by the parent session ({time.monotonic() - started:.0f} s)")
 
 
 def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
@@ -124,7 +183,9 @@ def _build_docs(session: nox.Session, bin_dir: Path, site_dir: str) -> None:
     session.run(mkdocs, "build", "--strict", "--site-dir", site_dir, external=True)
 
 
-@nox.session
+# Its venv is the shared one, which _stack makes (nox itself would make it at the session's
+# start, racing the parent of sessions run side by side).
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Run the unit tests (no launcher or engine started, GPU tests deselected)."""
     engine_dirs = ("--ignore=tests/integration", "--ignore=tests/multinode")
@@ -163,39 +224,47 @@ CHILD_STOP_S = 60
 
 @nox.session(name="lint-and-tests", default=False, venv_backend="none")
 def lint_and_tests(session: nox.Session) -> None:
-    """Run the lint and tests sessions at the same time (the test command's first step): lint
-    is mostly mypy, one core; the unit tests fill the other."""
-    _side_by_side(session, ["lint", "tests"])
+    """Run the lint and tests sessions at the same time: lint is mostly mypy, one core; the
+    unit tests fill the other."""
+    _side_by_side(session, [["lint"], ["tests"]])
 
 
-@nox.session(name="multinode-and-smoke", default=False, venv_backend="none")
-def multinode_and_smoke(session: nox.Session) -> None:
-    """Run the multinode and smoke sessions at the same time (the test command's last step).
-    Each leaves about half of the CPU idle on its own: Slurm's polls and the nodes'
-    start-ups; the image build's downloads and layer writes."""
-    # The engines' packages first, once: two apt runs would race (smoke installs into a venv
-    # of its own).
+@nox.session(name="all-tests", default=False, venv_backend="none")
+def all_tests(session: nox.Session) -> None:
+    """The test command: every test session, in two lanes at the same time. One runs lint
+    beside the unit tests, then the integration tests (CPU-bound: 96% of 2 cores); the other
+    the image's smoke tests, then the multi-node tests, which alone leave about half of the
+    CPU idle (the image build's downloads and layer writes, Slurm's polls, the nodes'
+    start-ups). The image build starts at once, beside the making of the shared venv."""
+    # The engines' packages first, once: the lanes' apt runs would race (smoke installs into
+    # a venv of its own, so its lane need not wait for the shared one).
     engine.install_engine_packages(session)
-    _side_by_side(session, ["multinode", "smoke"])
+    _side_by_side(session, [["lint-and-tests", "integration"], ["smoke", "multinode"]])
 
 
-def _side_by_side(session: nox.Session, names: list[str]) -> None:
-    """Run the sessions ``names`` at the same time, each its own `nox -s NAME` (their output
-    interleaved, each line prefixed with its session's name; the session's arguments after
-    `--` go to each); fail if any fails (issue 26: on 2 cores, what one session leaves idle
-    the other uses). The shared venv is made first, here: the children leave it alone."""
-    bin_dir = _stack(session)
-    env = os.environ | {STACK_READY: str(bin_dir.parent)}
-    children = {name: _nox_child(name, env, session.posargs) for name in names}
-    failed = _wait_for_children(session, children)
+def _side_by_side(session: nox.Session, lanes: list[list[str]]) -> None:
+    """Run the ``lanes`` at the same time, each a `nox -s NAME...` of its own (its sessions
+    one after another); their output interleaved, each line prefixed with its lane's names;
+    the session's arguments after `--` go to each. Fail if any fails (issue 26: on 2 cores,
+    what one lane leaves idle the other uses). The lanes start at once, while this session
+    makes the shared venv; their sessions that need it wait for it (_wait_for_stack)."""
+    venv = _stack_dir(session)
+    if os.environ.get(STACK_READY) != str(venv):
+        # This session makes it: no child may take an earlier run's marker for this one's.
+        (venv / READY_MARKER).unlink(missing_ok=True)
+    env = os.environ | {STACK_READY: str(venv)}
+    children = {"+".join(lane): _nox_child(lane, env, session.posargs) for lane in lanes}
+    failed = _wait_for_children(session, children, then=lambda: _stack(session))
     if failed:
         session.error(f"{' and '.join(failed)} failed: see the lines prefixed with its name above")
 
 
-def _nox_child(name: str, env: dict[str, str], posargs: list[str]) -> subprocess.Popen[str]:
-    """Start `nox -s NAME` on this noxfile in ``env`` (this process's environment, not the
-    parent session's: each child sets up its own), its stderr into its stdout."""
-    command = [sys.executable, "-m", "nox", "--noxfile", __file__, "-s", name]
+def _nox_child(
+    sessions: list[str], env: dict[str, str], posargs: list[str]
+) -> subprocess.Popen[str]:
+    """Start `nox -s SESSION...` on this noxfile in ``env`` (this process's environment, not
+    the parent session's: each child sets up its own), its stderr into its stdout."""
+    command = [sys.executable, "-m", "nox", "--noxfile", __file__, "-s", *sessions]
     if posargs:
         command += ["--", *posargs]
     return subprocess.Popen(
@@ -204,10 +273,13 @@ def _nox_child(name: str, env: dict[str, str], posargs: list[str]) -> subprocess
 
 
 def _wait_for_children(
-    session: nox.Session, children: dict[str, subprocess.Popen[str]]
+    session: nox.Session,
+    children: dict[str, subprocess.Popen[str]],
+    then: Callable[[], object] = lambda: None,
 ) -> list[str]:
-    """Copy each child's lines to stdout, prefixed with its name, until all have ended (each
-    says when); on an interrupt, see that they end too (CHILD_STOP_S). Return the failed ones."""
+    """Copy each child's lines to stdout, prefixed with its name, while ``then`` runs here and
+    until all have ended (each says when); if ``then`` fails or an interrupt comes, see that
+    they end too (CHILD_STOP_S). Return the failed ones."""
     started = time.monotonic()
     lock = threading.Lock()
 
@@ -225,13 +297,17 @@ def _wait_for_children(
     for copier in copiers:
         copier.start()
     try:
+        then()
         for child in children.values():
             child.wait()
-    except BaseException:
-        # A Ctrl-C reached the children too (one process group): give them CHILD_STOP_S to
-        # clean up on their own. An interrupt that was this process's alone (kill -INT) is
-        # passed on after that; a child still there CHILD_STOP_S later is killed.
-        for stop in (None, signal.SIGINT, signal.SIGKILL):
+    except BaseException as error:
+        # On an interrupt the children get CHILD_STOP_S to end on their own (a Ctrl-C
+        # reached them too: one process group; their clean-up, the namespace cluster and
+        # dockerd, takes seconds), then a SIGINT (it was this process's alone: kill -INT);
+        # after a failure here the SIGINT comes at once. A child still there CHILD_STOP_S
+        # after its SIGINT is killed.
+        stops = (None, signal.SIGINT, signal.SIGKILL)
+        for stop in stops if isinstance(error, KeyboardInterrupt) else stops[1:]:
             running = [child for child in children.values() if child.poll() is None]
             for child in running:
                 if stop is not None:
@@ -306,7 +382,9 @@ def _image_tests(
     """Build ``builds`` on this machine (no registry), then run pytest on ``tests`` with
     ``env`` naming the images (images.images_built cleans up)."""
     # ddpimg without the training stack: the tests only read what the images wrote.
-    session.install("-e", ".", "-r", DEV_REQUIREMENTS)
+    session.install("-r", DEV_REQUIREMENTS)
+    with _building_from_the_tree(session):
+        session.install("--no-deps", "-e", ".")
     with images.images_built(session, builds, drop_build_stages or []):
         session.run("pytest", DURATIONS, tests, "-p", "no:cacheprovider", *session.posargs, env=env)
 
