@@ -30,9 +30,9 @@ MAX_PROCESSES = {"--nproc-per-node": 2, "--num_gpus": 1}
 # A hang guard, not a verdict: 5x the slowest line. That is DeepSpeed's launcher, whose rank
 # JIT-compiles DeepSpeed's CPU communication op in the fresh container (its CPU accelerator
 # builds it at every start, for one process too). On a 2-core machine (2026-11-26): 132 s with
-# the smoke session alone, 232 s beside the multinode session, more than 300 s beside the
-# integration tests.
-HANG_GUARD_S = 5 * 240
+# the smoke session alone, 232 s beside the multinode session, 316 s beside the integration
+# tests (the test command's lanes).
+HANG_GUARD_S = 5 * 320
 # A login node's shell: no ddpimg on PATH, the job's variables set.
 HOST_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_JOB_ID": "1"}
 
