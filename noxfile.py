@@ -275,7 +275,7 @@ def _nox_child(
 def _wait_for_children(
     session: nox.Session,
     children: dict[str, subprocess.Popen[str]],
-    then: Callable[[], object] = lambda: None,
+    then: Callable[[], object],
 ) -> list[str]:
     """Copy each child's lines to stdout, prefixed with its name, while ``then`` runs here and
     until all have ended (each says when); if ``then`` fails or an interrupt comes, see that
