@@ -37,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for removed in wheels.prune(ns.out, carried.wheels.values()):
                 print(f"removed {removed}: nothing needs it any more")
         with tempfile.TemporaryDirectory(prefix="ddpimg-wheel-proof-") as work:
-            proof = wheels.prove(requirements, ns.out, device, Path(work), pip)
+            proof = wheels.prove(
+                requirements, ns.out, device, Path(work), pip, lock=wheels.read_lock()
+            )
     except wheels.WheelError as err:
         print(f"device_wheels: error: {err}", file=sys.stderr)
         return 1

@@ -17,7 +17,8 @@ manylinux x86-64 in an ignored folder (``.whl/``); ``python benchmarks/device_wh
    package stop an install);
 4. :func:`prove`: pip resolves the stack's requirements for Python 3.12 with no index, from
    the folder and from a folder of stub wheels, one per package of the device's list (name
-   and version, no requirements: the device has their own). A missing wheel fails the
+   and version, no requirements: the device has their own; an unread version is taken to be
+   the lock's, or 9999 where the lock has none). A missing wheel fails the
    resolution; a carried wheel the resolution does not use is an error too; a requirement
    with a version bound on a device package whose version was never read is listed as an
    assumption (the install on the device, pip against the real versions, is the last word);
@@ -72,8 +73,10 @@ MARKER_ENVIRONMENT = {
 }
 # Built here rather than downloaded.
 BUILT = ("ddpimg", "deepspeed")
-# The stub version of a device package whose version was never read: it satisfies any lower
-# bound, and such bounds are reported as assumptions.
+# The stub version of a device package whose version was never read and that the lock does not
+# pin: it satisfies any lower bound, and such bounds are reported as assumptions. One the lock
+# pins stands at the lock's version instead, which meets the stack's upper bounds too (wandb
+# 0.31's protobuf<8 against 9999 failed the proof): the lock was resolved with them.
 UNREAD_VERSION = "9999"
 
 
@@ -355,13 +358,16 @@ def prove(
     device: Mapping[str, str | None],
     work: Path,
     pip: Sequence[str],
+    *,
+    lock: Mapping[str, str] | None = None,
 ) -> Proof:
     """Step 4 of the module's recipe. Raises WheelError when pip cannot resolve (the message
-    names the missing requirement)."""
+    names the missing requirement). ``lock``: the versions a device package of unread version
+    is taken to have (else UNREAD_VERSION)."""
     stubs = work / "device-stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     for name, version in device.items():
-        stub_wheel(stubs, name, version or UNREAD_VERSION)
+        stub_wheel(stubs, name, version or (lock or {}).get(name, UNREAD_VERSION))
     report = work / "resolution.json"
     argv = [*pip, "install", "--dry-run", "--quiet", "--no-index", "--ignore-installed",
             "--find-links", str(folder), "--find-links", str(stubs), *target_options(),

@@ -99,3 +99,15 @@ def test_the_proof_refuses_a_device_version_below_a_requirement(tmp_path: Path) 
     folder = make_folders(tmp_path, {"alpha": ["torch>=2.12"]})
     with pytest.raises(wheels.WheelError, match=r"torch>=2\.12"):
         wheels.prove(["alpha"], folder, DEVICE, tmp_path / "work", wheels.pip_command())
+
+
+def test_an_unread_device_version_stands_at_the_locks_for_an_upper_bound(tmp_path: Path) -> None:
+    # wandb 0.31 asks protobuf<8: a stub at 9999 fails it; the lock's version meets it.
+    folder = make_folders(tmp_path, {"alpha": ["gamma>=5,<8"]})
+    with pytest.raises(wheels.WheelError, match=r"gamma"):
+        wheels.prove(["alpha"], folder, DEVICE, tmp_path / "work", wheels.pip_command())
+    proof = wheels.prove(
+        ["alpha"], folder, DEVICE, tmp_path / "lock", wheels.pip_command(), lock={"gamma": "7.1"}
+    )
+    assert proof.device == {"gamma": "version not read"}
+    assert proof.assumptions == ["gamma<8,>=5 (alpha)"]
