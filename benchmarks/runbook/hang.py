@@ -8,9 +8,16 @@ TRACE_DIR), runs one all-reduce that completes, then one that never does:
 
 * on a GPU (NCCL; one rank, since NCCL refuses two ranks on one GPU): a kernel that spins for
   minutes (``torch.cuda._sleep``) holds the stream the all-reduce waits on. ProcessGroupNCCL's
-  watchdog times the collective out after TIMEOUT_S, writes the rank's flight record to
-  ``TRACE_DIR/rank_0`` and ends the process (TORCH_NCCL_ASYNC_ERROR_HANDLING=3, set by ddpimg).
-  A process still alive WATCHDOG_GRACE_S later exits 3: the watchdog did not act.
+  watchdog times the collective out after TIMEOUT_S and writes the rank's flight record to
+  ``TRACE_DIR/rank_0``. It does not end the process itself: measured on an H200 (torch
+  2.11.0+cu130, NCCL 2.28.9, 2026-11-26), under torchrun, which sets
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (ddpimg keeps a value already set), the watchdog stays
+  stuck in its abort of the communicator behind the spinning kernel, which no NCCL abort can
+  stop. The process is ended by the watchdog's own monitor, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC
+  after the dump (SIGABRT, "Terminating the process after attempting to dump debug info"):
+  480 s by default, too long for the runbook's command limit, so this script sets 30 s
+  (measured: the dump 16 s after the hang began, the end 30 s later). A process still alive
+  WATCHDOG_GRACE_S after the hang began exits 3: neither the watchdog nor its monitor acted.
 * on the CPU (the dry run; Gloo, two ranks): the last rank skips the second all-reduce and rank
   0's times out. Gloo has no dump on timeout, so each rank writes its recorder's buffer itself
   where NCCL's watchdog would (torch's ``_dump_fr_trace``), naming the default group in
@@ -35,6 +42,8 @@ from ddpimg.plan import build_plan
 from ddpimg.runtime.flight_recorder import BUFFER_NAMES, DEFAULT_ENTRIES, FILE_PREFIX
 
 WATCHDOG_GRACE_S = 90.0
+HEARTBEAT_TIMEOUT = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
+HEARTBEAT_TIMEOUT_S = "30"
 # Cycles of the spinning kernel: minutes at any clock a GPU runs at.
 SPIN_CYCLES = 600 * 2_000_000_000
 ELEMENTS = 1 << 16
@@ -54,7 +63,10 @@ def write_gloo_record(trace_dir: Path, rank: int) -> None:
 
 
 def main(trace_dir: Path, timeout_s: float) -> int:
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        # Read when the process group is made: the monitor's wait before it ends the process.
+        os.environ.setdefault(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_S)
+    else:
         # ddpimg switches the recorder on for NCCL only (Gloo cannot dump on a timeout).
         os.environ.setdefault(BUFFER_NAMES[0], str(DEFAULT_ENTRIES))
     plan = build_plan(os.environ, short_hostname())
