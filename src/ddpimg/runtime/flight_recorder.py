@@ -13,7 +13,10 @@ The variable names, read from the torch wheels the images ship (2.10 and 2.14):
 torch still reads; both spellings are set so either torch finds them.
 ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` turns the dump on; ``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``
 (torch's documented default, written out so that the bound holds whatever the image's torch
-defaults to) makes the watchdog end the process after the timeout instead of letting it hang.
+defaults to) makes the watchdog end the process after the timeout instead of letting it hang;
+a value already set is kept (torchrun sets 1: abort the communicators, then end). Measured on
+an H200 (docs/performance.md, "GPU results"): a watchdog that cannot finish its abort leaves
+the end to its monitor, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (480 s) after the dump.
 
 Precedence (docs/launchers.md, "Precedence"): ``DDPIMG_FLIGHT_RECORDER`` (entries, ``0`` turns
 it off) > a variable exported by the user or the site profile (applied to the environment before
