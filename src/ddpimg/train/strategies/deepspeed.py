@@ -104,6 +104,13 @@ class DeepSpeedStrategy:
                 hint="start through `train` (it exports LOCAL_RANK), or export LOCAL_RANK",
             )
         deepspeed.init_distributed(dist_backend=self.ctx.backend, auto_mpi_discovery=False)
+        if self.ctx.device.type == "cpu":
+            import torch.distributed as dist
+
+            from ddpimg.train.strategies.deepspeed_shm import release_buffers
+
+            dist.barrier()  # every rank has mapped every other rank's buffer
+            release_buffers(self.ctx.rank)
         # device_rank makes DeepSpeed use the GPU the runtime bound, which is not the local
         # rank when every task sees only its own GPU.
         args = (
