@@ -11,12 +11,13 @@ TRACE_DIR), runs one all-reduce that completes, then one that never does:
   watchdog times the collective out after TIMEOUT_S and writes the rank's flight record to
   ``TRACE_DIR/rank_0``. It does not end the process itself: measured on an H200 (torch
   2.11.0+cu130, NCCL 2.28.9, 2026-11-26), under torchrun, which sets
-  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (ddpimg keeps a value already set), the watchdog stays
-  stuck in its abort of the communicator behind the spinning kernel, which no NCCL abort can
-  stop. The process is ended by the watchdog's own monitor, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC
-  after the dump (SIGABRT, "Terminating the process after attempting to dump debug info"):
-  480 s by default, too long for the runbook's command limit, so this script sets 30 s
-  (measured: the dump 16 s after the hang began, the end 30 s later). A process still alive
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (ddpimg keeps a value already set), the log has no line of
+  the watchdog's own tear-down, presumably because its abort of the communicator waits behind
+  the spinning kernel, which is not NCCL's and which no NCCL abort stops. The process is ended
+  by the watchdog's monitor, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC after the dump (SIGABRT,
+  "Terminating the process after attempting to dump debug info"): 480 s by default, too long
+  for the runbook's command limit, so this script sets 30 s (measured: the dump 16 s after
+  the hang began, the end 30 s later). A process still alive
   WATCHDOG_GRACE_S after the hang began exits 3: neither the watchdog nor its monitor acted.
 * on the CPU (the dry run; Gloo, two ranks): the last rank skips the second all-reduce and rank
   0's times out. Gloo has no dump on timeout, so each rank writes its recorder's buffer itself
