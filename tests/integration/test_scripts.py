@@ -264,7 +264,10 @@ def test_preempted_then_continued_then_a_stopped_rank_is_named(
     assert record["continues"]["status"] == "preempted"
     if saved is not None:
         assert record["resumed_from"]["path"] == saved
-    assert check_trajectory(out, expected) >= STALL_AT
+    # The script marks step K in on_step_end, before the Trainer gathers step K's loss over
+    # the ranks to log it: stopped right after the marker, rank 1 may hold that gather up, so
+    # the record ends at step K or K - 1 (hf-mpirun: 11 of 12 on 2026-11-26).
+    assert check_trajectory(out, expected) >= STALL_AT - 1
 
     # 3. Once more: the run continues from the newest checkpoint and completes with the
     # losses and the weights of the run never stopped.
