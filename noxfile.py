@@ -50,7 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 from containers.imagebuild import engine, images, locks
 from containers.imagebuild.context import source_facts
 from containers.imagebuild.sif import build_sif, parse_sif_options
+from tests.integration import schedule  # a leaf module: the standard library only
 
+ROOT = Path(__file__).resolve().parent
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 
@@ -114,7 +116,7 @@ def _building_from_the_tree(session: nox.Session) -> Iterator[None]:
     """Hold the lock under which pip builds ddpimg from this tree: setuptools writes
     src/ddpimg.egg-info while it does, and two builds at once (the lanes of all-tests, each
     making a venv) could read each other's half-written files. A hang guard bounds the wait."""
-    path = Path(__file__).resolve().parent / ".nox" / "building-ddpimg.lock"
+    path = ROOT / ".nox" / "building-ddpimg.lock"
     path.parent.mkdir(exist_ok=True)
     with path.open("w") as handle:
         started = time.monotonic()
@@ -211,6 +213,22 @@ def integration(session: nox.Session) -> None:
     _pytest(session, "tests/integration", *workers, "-p", "no:cacheprovider", engines=True)
 
 
+@nox.session(name="integration-from-the-end", default=False, venv_backend="none")
+def integration_from_the_end(session: nox.Session) -> None:
+    """all-tests' second lane, after its own sessions: the integration test files that the
+    first lane has not reached yet, from the other end of its order (each file is run by the
+    lane that claims it first: tests/integration/schedule.py). Alone, all of them."""
+    claims = os.environ.get(schedule.CLAIMS_VARIABLE)
+    if claims and not schedule.unclaimed(Path(claims), _integration_files()):
+        session.skip("the first lane has taken every integration test file")
+    session.env[schedule.FROM_THE_END_VARIABLE] = "1"
+    integration(session)
+
+
+def _integration_files() -> list[str]:
+    return sorted(path.name for path in (ROOT / "tests" / "integration").glob("test_*.py"))
+
+
 @nox.session(default=False, venv_backend="none")
 def multinode(session: nox.Session) -> None:
     """Run the multi-node tests on a Slurm cluster of network-namespace nodes (root)."""
@@ -235,14 +253,24 @@ def all_tests(session: nox.Session) -> None:
     beside the unit tests, then the integration tests (CPU-bound: 96% of 2 cores); the other
     the image's smoke tests, then the multi-node tests, which alone leave about half of the
     CPU idle (the image build's downloads and layer writes, Slurm's polls, the nodes'
-    start-ups). The image build starts at once, beside the making of the shared venv."""
+    start-ups), then the integration test files the first lane has not reached yet, from the
+    other end (tests/integration/schedule.py: each file runs once, in the lane that claims it
+    first). The image build starts at once, beside the making of the shared venv."""
     # The engines' packages first, once: the lanes' apt runs would race (smoke installs into
     # a venv of its own, so its lane need not wait for the shared one).
     engine.install_engine_packages(session)
-    _side_by_side(session, [["lint-and-tests", "integration"], ["smoke", "multinode"]])
+    lanes = [["lint-and-tests", "integration"], ["smoke", "multinode", "integration-from-the-end"]]
+    with tempfile.TemporaryDirectory(prefix="ddpimg-integration-claims-") as claims:
+        _side_by_side(session, lanes, {schedule.CLAIMS_VARIABLE: claims})
+        # Every file claimed is every file run; a selection (arguments after --) runs fewer.
+        left = schedule.unclaimed(Path(claims), _integration_files())
+        if left and not session.posargs:
+            session.error(f"no lane ran these integration test files: {', '.join(left)}")
 
 
-def _side_by_side(session: nox.Session, lanes: list[list[str]]) -> None:
+def _side_by_side(
+    session: nox.Session, lanes: list[list[str]], lane_env: dict[str, str] | None = None
+) -> None:
     """Run the ``lanes`` at the same time, each a `nox -s NAME...` of its own (its sessions
     one after another); their output interleaved, each line prefixed with its lane's names;
     the session's arguments after `--` go to each. Fail if any fails (issue 26: on 2 cores,
@@ -252,7 +280,7 @@ def _side_by_side(session: nox.Session, lanes: list[list[str]]) -> None:
     if os.environ.get(STACK_READY) != str(venv):
         # This session makes it: no child may take an earlier run's marker for this one's.
         (venv / READY_MARKER).unlink(missing_ok=True)
-    env = os.environ | {STACK_READY: str(venv)}
+    env = os.environ | {STACK_READY: str(venv)} | (lane_env or {})
     children = {"+".join(lane): _nox_child(lane, env, session.posargs) for lane in lanes}
     failed = _wait_for_children(session, children, then=lambda: _stack(session))
     if failed:

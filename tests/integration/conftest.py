@@ -20,6 +20,7 @@ import pytest
 from tests.engines import opcache
 from tests.engines.availability import missing_reason, require_engines, verdict
 from tests.engines.slurm import LocalSlurm
+from tests.integration import schedule
 from tests.integration.runs import (
     PYTHON,
     QUICK_TRAIN,
@@ -31,7 +32,6 @@ from tests.integration.runs import (
     test_cwd,
     train_losses,
 )
-from tests.integration.schedule import longest_first
 
 # Autouse: every launcher starts in a directory of its own (tests.integration.runs).
 __all__ = ["module_cwd", "scratch_directories", "test_cwd"]
@@ -63,12 +63,13 @@ JOB_IDS_BEFORE_PORTS_REPEAT = 625
 
 def first_job_id(env: Mapping[str, str]) -> int:
     """The first job ID of this test process's private cluster. Under pytest-xdist every
-    worker runs a cluster of its own, and jobs of two clusters run at once: each worker's
-    IDs get a slice of their own of the IDs before the ports repeat, so that no two jobs
-    running at once derive one port."""
+    worker runs a cluster of its own, and under all-tests each lane runs workers of its own
+    (tests/integration/schedule.py): jobs of up to four clusters run at once."""
     workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     worker = int(env.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    return 1 + worker * (JOB_IDS_BEFORE_PORTS_REPEAT // workers)
+    lanes = 2 if env.get(schedule.CLAIMS_VARIABLE) else 1
+    lane = 1 if env.get(schedule.FROM_THE_END_VARIABLE) else 0
+    return schedule.first_job_id(worker, workers, lane, lanes, JOB_IDS_BEFORE_PORTS_REPEAT)
 
 
 @pytest.fixture(scope="session")
@@ -114,5 +115,31 @@ def deepspeed_env(run_env: dict[str, str]) -> dict[str, str]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long files first (tests/integration/schedule.py; the integration session turns
-    pytest-xdist's own reordering off)."""
-    items[:] = longest_first(items, lambda item: item.path)
+    pytest-xdist's own reordering off); in all-tests' second lane, from the other end."""
+    items[:] = schedule.longest_first(items, lambda item: item.path)
+    if os.environ.get(schedule.FROM_THE_END_VARIABLE):
+        items[:] = schedule.from_the_end(items, lambda item: item.path)
+
+
+# Each test file's claim under all-tests, made at its first test in this process: None when
+# this process runs the file, else who does.
+_CLAIMED: dict[Path, str | None] = {}
+
+
+# tryfirst: before pytest's own skipping hook (also tryfirst, registered earlier) reads the marks.
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under all-tests, run a file only if this lane reached it first (schedule.claim); the
+    other lane's files are skipped before any fixture of theirs is made."""
+    claims = os.environ.get(schedule.CLAIMS_VARIABLE)
+    if not claims:
+        return
+    if item.path not in _CLAIMED:
+        lane = "second" if os.environ.get(schedule.FROM_THE_END_VARIABLE) else "first"
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        owner = f"all-tests' {lane} lane ({worker}, pid {os.getpid()})"
+        _CLAIMED[item.path] = schedule.claim(Path(claims), item.path.name, owner)
+    taken_by = _CLAIMED[item.path]
+    if taken_by is not None:
+        # A mark, not pytest.skip here: the report then names the test, not this hook.
+        item.add_marker(pytest.mark.skip(reason=f"run by {taken_by}"))
