@@ -16,7 +16,7 @@ are done, runs them from the other end (``from_the_end``); each file is run by t
 reaches it first (``claim``), so the lanes end together whichever is slower on the machine.
 Why: beside a neighbour that kept both cores busy the first lane, CPU-bound, ended 390 s
 after the second (docs/development.md), and for those 390 s only its two workers competed
-with the neighbour's two. Idle, the second lane is the longer one and finds every file taken.
+with the neighbour's two (now 39 s apart). Idle, the second lane takes one file or none.
 """
 
 from __future__ import annotations
