@@ -19,6 +19,8 @@ from tests.integration.schedule import (
     unclaimed,
 )
 
+pytest_plugins = ["pytester"]
+
 INTEGRATION = Path(__file__).parent / "integration"
 
 
@@ -81,8 +83,6 @@ def test_every_worker_of_every_lane_gets_a_job_id_slice_of_its_own(
     assert starts == [1 + n * width for n in range(workers * lanes)]
     assert starts[-1] + width - 1 <= 625
 
-
-pytest_plugins = ["pytester"]
 
 # Three files of one test each; the third's module fixture leaves a mark when it is made.
 FILES = {
