@@ -49,6 +49,8 @@ STATUS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "checkpoints-and-fa
 # Hang guards (a run takes about 15 s here, a SIGSTOP about 20 s more).
 RUN_GUARD_S = 300.0
 MAX_ATTEMPTS = 4
+# Tries at shrinking the disk while the ranks write to it (each reads what is used again).
+SHRINK_TRIES = 50
 
 
 @pytest.fixture
@@ -67,6 +69,31 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 def resize(mount: Path, size: str) -> None:
     subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+
+
+def shrink_to_what_is_used(mount: Path, proc: subprocess.Popen[str]) -> None:
+    """Remount the tmpfs at what it holds plus 64 KiB, so that the next checkpoint cannot be
+    written. The kernel refuses a size under what is in use ("tmpfs: Too small a size for
+    current use", mount's exit 32), and the ranks may be writing a checkpoint between the
+    reading of the usage and the remount (CI hit that once): read again and retry, a bounded
+    number of times, while the run lives. A run that ended meanwhile got no fault, as when
+    the fault's step comes after its last one."""
+    for _ in range(SHRINK_TRIES):
+        used = os.statvfs(mount)
+        size_k = (used.f_blocks - used.f_bfree) * used.f_frsize // 1024 + 64
+        remount = subprocess.run(
+            ["mount", "-o", f"remount,size={size_k}k", str(mount)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if remount.returncode == 0 or proc.poll() is not None:
+            return
+        time.sleep(0.02)
+    pytest.fail(
+        f"the disk fault: {SHRINK_TRIES} remounts at what {mount} holds were refused, "
+        f"the last with exit {remount.returncode}: {remount.stderr.strip()}"
+    )
 
 
 def documented_statuses() -> set[int]:
@@ -101,7 +128,6 @@ def hit(
 ) -> tuple[int, str]:
     """Run the command, inject ``fault`` (kind, step) once that step is logged; (status,
     stderr)."""
-    kind, step = fault
     began = time.time()
     proc = subprocess.Popen(
         [command("train"), *RUN, "--out", str(out)],
@@ -111,6 +137,27 @@ def hit(
         text=True,
         start_new_session=True,
     )
+    try:
+        return inject(proc, out, mount=mount, fault=fault, rng=rng, began=began)
+    finally:
+        # Whatever failed above, no rank outlives the test (one would keep the tmpfs busy).
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def inject(
+    proc: subprocess.Popen[str],
+    out: Path,
+    *,
+    mount: Path,
+    fault: tuple[str, int],
+    rng: random.Random,
+    began: float,
+) -> tuple[int, str]:
+    """Wait for the fault's step in the run ``proc`` (begun at ``began``), inject the fault
+    and wait for the run's end; (status, stderr)."""
+    kind, step = fault
     deadline = time.monotonic() + RUN_GUARD_S
     while not reached(out, step, began) and proc.poll() is None:
         if time.monotonic() > deadline:
@@ -127,8 +174,7 @@ def hit(
         elif kind == "term":
             os.kill(proc.pid, signal.SIGTERM)
         else:
-            used = os.statvfs(mount)
-            resize(mount, f"{(used.f_blocks - used.f_bfree) * used.f_frsize // 1024 + 64}k")
+            shrink_to_what_is_used(mount, proc)
     try:
         _, stderr = proc.communicate(timeout=RUN_GUARD_S)
     except subprocess.TimeoutExpired:
