@@ -33,18 +33,18 @@ CLAIMS_VARIABLE = "DDPIMG_INTEGRATION_CLAIMS"
 FROM_THE_END_VARIABLE = "DDPIMG_INTEGRATION_FROM_THE_END"
 
 # Each file's summed test time on one worker, estimated from the test command's --durations
-# lists and test counts (2026-11-26, 2-core AMD EPYC): what to start first. A file missing
+# lists and test counts (2026-11-26/27, 2-core AMD EPYC): what to start first. A file missing
 # here only loses its head start.
 LONGEST_FIRST = (
     "test_scripts.py",  # ~510 s: three script cells, their references, the trackers
     "test_tutorial_launchers.py",  # ~320 s: ten launch lines, three under DeepSpeed's launcher
     "test_preemption.py",  # ~300 s
-    "test_image_data.py",  # ~300 s
+    "test_image_data.py",  # ~250 s
     "test_trainers.py",  # ~250 s
     "test_trackers.py",  # ~240 s
-    "test_lightning.py",  # ~210 s
     "test_sbatch.py",  # ~200 s
-    "test_transformers.py",  # ~180 s
+    "test_lightning.py",  # ~160 s
+    "test_transformers.py",  # ~150 s
     "test_token_shards.py",  # ~150 s
     "test_crafted_checkpoints.py",  # ~150 s
     "test_launchers.py",  # ~140 s

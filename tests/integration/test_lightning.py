@@ -1,7 +1,8 @@
 """A user's PyTorch Lightning script (``Trainer(strategy="ddp", devices=N, num_nodes=M)``)
-under ``train --script``: with --nproc-per-node, srun and mpirun every rank trains, and the
-global ranks and world size Lightning reports are the launch's. Preemption: ddpimg's
-callback saves Lightning's checkpoint and the job script requeues the job once.
+under ``train --script`` with mpirun: every rank trains, and the global ranks and world size
+Lightning reports are the launch's. (The same script under ``--nproc-per-node`` and srun:
+tests/integration/test_scripts.py, whose Lightning cell checks the same reports.) Preemption:
+ddpimg's callback saves Lightning's checkpoint and the job script requeues the job once.
 """
 
 from __future__ import annotations
@@ -39,25 +40,6 @@ def reports(out: Path, world_size: int) -> list[dict[str, Any]]:
 
 def lightning(out: Path, devices: int = 2, nodes: int = 1) -> list[str]:
     return [command("train"), "--script", str(SCRIPT), str(out), str(devices), str(nodes)]
-
-
-@pytest.mark.torchrun
-def test_nproc_per_node(tmp_path: Path, run_env: dict[str, str]) -> None:
-    run([command("train"), "--nproc-per-node", "2", *lightning(tmp_path)[1:]], run_env)
-    found = reports(tmp_path, 2)
-    assert {r["environment"] for r in found} == {"TorchElasticEnvironment"}
-    assert [r["local_rank"] for r in found] == [0, 1]
-
-
-@pytest.mark.slurm
-def test_srun_one_task_per_device(tmp_path: Path, slurm_env: dict[str, str]) -> None:
-    # Plain `srun -n 2`: Lightning alone refuses it ("You set `--ntasks=2` ... HINT: Use
-    # `--ntasks-per-node=2`"); ddpimg gives the script the step's SLURM_NTASKS_PER_NODE.
-    run(["srun", "-n", "2", *lightning(tmp_path)], slurm_env)
-    found = reports(tmp_path, 2)
-    assert {r["environment"] for r in found} == {"SLURMEnvironment"}
-    # Lightning takes the rendezvous address ddpimg exported (the profile's rule).
-    assert found[0]["master"] == found[1]["master"] != ""
 
 
 @pytest.mark.mpi

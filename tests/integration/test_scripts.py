@@ -14,7 +14,8 @@ runs of the same command:
    although the scripts' own process groups wait 30 minutes (transformers' ``ddp_timeout``)
    or more;
 3. once more: the run continues from the newest checkpoint and completes with the losses
-   of every step and the final weights of a run never stopped.
+   of every step and the final weights of a run never stopped; Lightning's ranks report the
+   launch's ranks and the launcher's cluster environment (its reference run's too: torch's).
 
 Tolerances (tests.noise): runs are compared with the uninterrupted run of the same script
 under torch's launcher, step by step (metrics.jsonl: the losses over the global batch as
@@ -28,6 +29,7 @@ Lightning's plain DataLoader).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -71,6 +73,14 @@ LIMITS = StallLimits.for_timeout(TIMEOUT_S, "gloo", script=True)
 # A hang guard on a stalled run, not a verdict: the documented bound is --timeout + 20 s (30 s);
 # the programs' own reports (the verdict, the sentinel) prove the timing.
 STALL_GUARD_S = 5 * (TIMEOUT_S + 20)
+# The cluster environment Lightning detects under each launcher (its ranks' reports). Under a
+# plain `srun -n 2` Lightning alone refuses to start ("You set `--ntasks=2` ... HINT: Use
+# `--ntasks-per-node=2`"); ddpimg gives the script the step's SLURM_NTASKS_PER_NODE.
+LIGHTNING_ENVIRONMENTS = {
+    "torchrun": "TorchElasticEnvironment",
+    "srun": "SLURMEnvironment",
+    "mpirun": "MPIEnvironment",
+}
 
 LAUNCHER_MARKS = {
     "torchrun": [pytest.mark.torchrun],
@@ -152,6 +162,19 @@ def check_trajectory(out: Path, expected: Reference) -> int:
     steps = sorted(losses)
     assert_within([losses[s] for s in steps], [wanted[s] for s in steps], SAME_SUMS, str(out))
     return max(losses)
+
+
+def check_lightning_ranks(output: Path, launcher: str) -> None:
+    """Lightning's view of the launch, from both ranks' reports: the launch's global ranks and
+    world size, the launcher's cluster environment, torch's local ranks under its launcher,
+    and under srun the rendezvous address ddpimg exported (the profile's rule)."""
+    found = [json.loads((output / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [(r["global_rank"], r["world_size"]) for r in found] == [(0, 2), (1, 2)], found
+    assert {r["environment"] for r in found} == {LIGHTNING_ENVIRONMENTS[launcher]}, found
+    if launcher == "torchrun":
+        assert [r["local_rank"] for r in found] == [0, 1], found
+    if launcher == "srun":
+        assert found[0]["master"] == found[1]["master"] != "", found
 
 
 def check_preempted(name: str, out: Path, output: Path, code: int, stderr: str) -> str | None:
@@ -280,6 +303,9 @@ def test_preempted_then_continued_then_a_stopped_rank_is_named(
     checksums = [script.checksum(output, rank) for rank in (0, 1)]
     wanted = [script.checksum(expected.output, rank) for rank in (0, 1)]
     assert_within(checksums, wanted, SAME_SUMS, "the final weights' sums")
+    if name == "lightning":
+        check_lightning_ranks(expected.output, "torchrun")
+        check_lightning_ranks(output, launcher)
 
 
 @pytest.mark.torchrun
