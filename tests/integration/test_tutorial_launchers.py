@@ -85,7 +85,7 @@ def test_deepspeed_launcher_runs_ddpimg_as_a_module(
     assert run_info(tmp_path)["source"] == "env"
     assert run_info(tmp_path)["local_world_size"] == 2
     # DeepSpeed's CPU all-reduce segments (69 MB a rank) do not outlive the run
-    # (ddpimg.train.strategies.deepspeed_shm).
+    # (ddpimg.runtime.deepspeed_shm).
     left = sorted(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
     assert not left, f"left in /dev/shm: {[path.name for path in left]}"
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
+from ddpimg.runtime.deepspeed_shm import release_buffers
 from ddpimg.script.options import ScriptOptions
 from ddpimg.script.runtime import ScriptPreempted, ScriptRuntime, activate
 
@@ -270,6 +271,17 @@ class Boot:
         sys.argv = [path, *args]
         # As `python FILE` would have it: the script's directory first on the import path.
         sys.path[0] = os.path.dirname(os.path.abspath(path))
+        try:
+            return self._outcome(runtime, path)
+        finally:
+            # DeepSpeed's CPU op leaves each rank's all-reduce segment in /dev/shm (69 MB,
+            # ddpimg.runtime.deepspeed_shm). Every rank mapped every other's inside its
+            # init_distributed, so once the script is over this rank's name is not needed.
+            with contextlib.suppress(OSError):
+                release_buffers(self.rank)
+
+    def _outcome(self, runtime: ScriptRuntime, path: str) -> int:
+        """Run the script at ``path``; how it ended, as this rank's exit status."""
         try:
             runpy.run_path(path, run_name="__main__")
         except ScriptPreempted as stop:

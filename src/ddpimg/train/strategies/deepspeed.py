@@ -107,7 +107,7 @@ class DeepSpeedStrategy:
         if self.ctx.device.type == "cpu":
             import torch.distributed as dist
 
-            from ddpimg.train.strategies.deepspeed_shm import release_buffers
+            from ddpimg.runtime.deepspeed_shm import release_buffers
 
             dist.barrier()  # every rank has mapped every other rank's buffer
             release_buffers(self.ctx.rank)

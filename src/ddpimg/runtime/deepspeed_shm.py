@@ -12,6 +12,9 @@ inside ``deepspeed.init_distributed``. After a barrier that follows it on every 
 rank unlinks its own segment: the one it maps whose name ends with its rank (read from
 /proc/self/maps, so no name is guessed). The memory stays mapped until the processes end, as
 an unlinked file's does, and nothing is left behind even when a run is killed later.
+``--strategy deepspeed`` does that (ddpimg.train.strategies.deepspeed); a user's script that
+uses DeepSpeed under ``train --script`` has no such point ddpimg sees, so each rank unlinks its
+own as the script ends (ddpimg.script.boot): left behind only when a rank is killed.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddpimg.train.strategies.deepspeed_shm import PREFIX, own_buffers, release_buffers
+from ddpimg.runtime.deepspeed_shm import PREFIX, own_buffers, release_buffers
 
 
 def maps_line(path: str) -> str:
