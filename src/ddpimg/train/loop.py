@@ -64,6 +64,7 @@ from ddpimg.train.preempted import Preempted
 from ddpimg.train.profiling import StepProfiler, profile_window
 from ddpimg.train.seeding import configure_reproducibility
 from ddpimg.train.sharding import EvalShard, TrainShard, epoch_order
+from ddpimg.train.strategies.base import half_dtype
 from ddpimg.train.tasks import epoch_schedule
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class Trainer:
             self.progress.saved(str(resume.path), start.step)
         startup.mark("model")
 
-        self._half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self._half = half_dtype(config.precision)
         # The position: ``index`` steps done in ``epoch``; ``epoch_done``: its evaluation and
         # schedule step too. With the seed it decides every rank's next rows.
         self.step, self.epoch, self.index = start.step, start.epoch, start.index

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import torch
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runtime.context import DistContext
@@ -45,6 +46,8 @@ def test_config_follows_the_flags(precision: str, stage: int, parameters: int, b
         "allgather_bucket_size": bucket,
     }
     assert config["bf16"] == {"enabled": precision == "bf16"}
+    # BatchNorm's running statistics follow its half weights.
+    assert config.get("data_types") == ({"buffer_dtype": "bf16"} if precision == "bf16" else None)
     # DeepSpeed would otherwise clip to 1.0 and leave DDP's trajectory.
     assert config["gradient_clipping"] == 0.0
 
@@ -98,3 +101,29 @@ def test_fp16_where_deepspeed_cannot_is_refused_clearly(
     config = make_config(strategy="deepspeed", precision="fp16")
     with pytest.raises(DdpimgError, match=r"--precision fp16 with --strategy deepspeed: "):
         metrics(config, ctx)
+
+
+@pytest.mark.deepspeed
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_channels_last_model_takes_float_images_without_autocast(
+    ctx: DistContext,
+    make_config: Callable[..., TrainConfig],
+    monkeypatch: pytest.MonkeyPatch,
+    precision: str,
+) -> None:
+    """What the GPU runbook's matrix found on an H200 (2026-11-27): ResNet, channels_last on
+    a GPU, failed DeepSpeed's initialize (``self.stride(-1) must be 1 to view Float as
+    Byte``), and with bf16 every image model failed its first layer (``Input type (float) and
+    bias type (c10::BFloat16)``): DeepSpeed switches a CUDA autocast off around its forward.
+    Here the forward runs with no autocast, as it does on a GPU."""
+    import torchvision
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    config = make_config(strategy="deepspeed", zero_stage=1, precision=precision)
+    strategy = STRATEGIES["deepspeed"].factory(config, ctx, BatchLayout.of(config, 1))
+    model = torchvision.models.resnet18(num_classes=10).to(memory_format=torch.channels_last)
+    engine = strategy.wrap(model, lambda module: torch.optim.SGD(module.parameters(), lr=0.1))
+    images = torch.randn(2, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    output = engine(images)
+    assert output.shape == (2, 10)
+    assert output.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]

@@ -201,3 +201,30 @@ def test_fp16_computes_in_fp16_and_saves_the_loss_scale(ctx: DistContext, tmp_pa
     other.wrap(other_model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     other.load(saved)
     assert other.scaler.state_dict()["scale"] == strategy.scaler.state_dict()["scale"] == 2.0**15
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_channels_last_batchnorm_model_trains(
+    ctx: DistContext, tmp_path: Path, precision: str
+) -> None:
+    """ResNet is channels_last on a GPU, and FSDP2 refused it there (the GPU runbook's
+    matrix on an H200, 2026-11-27: ``FSDP does not support non-contiguous parameters yet``);
+    with bf16, BatchNorm's bf16 weights then met its float32 running statistics (``expected
+    scalar type BFloat16 but found Float``, on the CPU too). A training forward and backward
+    under the loop's autocast."""
+    import torchvision
+
+    config = TrainConfig(
+        trainer="gpt", options=GptOptions(size="tiny"), strategy="fsdp", out=tmp_path,
+        precision=precision,
+    )  # fmt: skip
+    model = torchvision.models.resnet18(num_classes=10).to(memory_format=torch.channels_last)
+    sharded = FsdpStrategy(config, ctx).wrap(
+        model, lambda module: torch.optim.SGD(module.parameters(), lr=0.1)
+    )
+    images = torch.randn(4, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        output = sharded(images)
+    assert output.shape == (4, 10)
+    output.float().sum().backward()
+    assert all(parameter.grad is not None for parameter in sharded.parameters())

@@ -41,6 +41,24 @@ def does_not_fit(checkpoint: Path, reason: str, *, same: str = SAME_MODEL) -> Dd
     )
 
 
+def half_dtype(precision: str) -> torch.dtype | None:
+    """The dtype that ``--precision`` computes in: bf16 or fp16; None for fp32."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def with_contiguous_parameters(model: nn.Module) -> nn.Module:
+    """``model`` with every parameter in the default (contiguous) layout. DeepSpeed's and
+    FSDP2's wrapping takes each parameter's memory as one dense run (DeepSpeed views it as
+    bytes, FSDP2 refuses non-contiguous parameters), so a channels_last model (ResNet on a
+    GPU) fails there. Inputs keep their layout: a convolution with a channels_last input still
+    runs channels_last, whatever its weight's layout."""
+    import torch
+
+    return model.to(memory_format=torch.contiguous_format)
+
+
 class Strategy(Protocol):
     """Wraps a model and its optimizer; train/eval mode is set on the returned model."""
 

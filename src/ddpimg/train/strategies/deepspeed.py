@@ -14,11 +14,17 @@ the optimizer state partitioned by ZeRO rank), so a resume needs the same world 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
-from ddpimg.train.strategies.base import does_not_fit, wrapped
+from ddpimg.train.strategies.base import (
+    does_not_fit,
+    half_dtype,
+    with_contiguous_parameters,
+    wrapped,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,6 +63,12 @@ def deepspeed_config(
         "bf16": {"enabled": precision == "bf16"},
         # loss_scale 0: dynamic loss scaling, as torch's GradScaler does for ddp and fsdp.
         "fp16": {"enabled": precision == "fp16", "loss_scale": 0},
+        # DeepSpeed 0.19.8 casts only the parameters to bf16/fp16 unless told otherwise, and a
+        # BatchNorm with half weights and float32 running statistics fails on the CPU and the
+        # GPU (``expected scalar type BFloat16 but found Float``); the buffers follow the
+        # parameters, as DeepSpeed's ``module.bfloat16()`` made them before (the bundled
+        # trainers' only floating buffers are BatchNorm's).
+        **({"data_types": {"buffer_dtype": precision}} if precision in ("bf16", "fp16") else {}),
         # DeepSpeed 0.19.8 clips gradients to norm 1.0 unless told otherwise; DDP does not clip,
         # and both strategies must follow the same trajectory.
         "gradient_clipping": 0.0,
@@ -64,6 +76,29 @@ def deepspeed_config(
         # ZeRO handles like any torch optimizer but does not list as tested.
         "zero_allow_untested_optimizer": True,
     }
+
+
+def inputs_cast_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple[Any, ...]], tuple[Any, ...]]:
+    """A forward pre-hook that casts the floating-point tensors among a call's positional
+    inputs to ``dtype``. With bf16 or fp16 on, DeepSpeed casts the module's parameters to it
+    and switches off an autocast around the engine's forward (DeepSpeed 0.19.8,
+    ``runtime/torch_autocast.autocast_if_enabled``, whose check reads the CUDA autocast: on
+    the CPU the loop's autocast stays on), so on a GPU float32 images met bf16 weights
+    (``Input type (float) and bias type (c10::BFloat16) should be the same``). Token ids and
+    labels are not floating point and pass unchanged. On the CPU the first layer's autocast
+    made the same cast, so the CPU trajectory is unchanged."""
+
+    def cast(module: nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        import torch
+
+        return tuple(
+            value.to(dtype)
+            if isinstance(value, torch.Tensor) and value.is_floating_point()
+            else value
+            for value in inputs
+        )
+
+    return cast
 
 
 class DeepSpeedStrategy:
@@ -118,6 +153,7 @@ class DeepSpeedStrategy:
             if self.ctx.device.type == "cuda"
             else None
         )
+        model = with_contiguous_parameters(model)
         config = deepspeed_config(
             self.batch,
             self.zero_stage,
@@ -133,6 +169,9 @@ class DeepSpeedStrategy:
         from ddpimg.train.strategies.deepspeed_files import use_safe_loading
 
         use_safe_loading(engine)
+        half = half_dtype(self.precision)
+        if half is not None:
+            engine.register_forward_pre_hook(inputs_cast_to(half))
         self._engine = engine
         module: nn.Module = engine
         return module

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ddpimg.train.strategies.base import does_not_fit, wrapped
+from ddpimg.train.strategies.base import (
+    does_not_fit,
+    half_dtype,
+    with_contiguous_parameters,
+    wrapped,
+)
 from ddpimg.train.strategies.scaling import LossScaler
 
 if TYPE_CHECKING:
@@ -60,6 +65,13 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     return units
 
 
+def batch_norms(model: nn.Module) -> list[nn.Module]:
+    """The BatchNorm layers of ``model`` (torch's, SyncBatchNorm and ``GlobalBatchNorm``)."""
+    return [
+        module for module in model.modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
+    ]
+
+
 class FsdpStrategy:
     name = "fsdp"
     reshards_on_load = True
@@ -76,12 +88,21 @@ class FsdpStrategy:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
-        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        half = half_dtype(self.precision)
         policy = (
             MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
             if half is not None
             else MixedPrecisionPolicy()
         )
+        model = with_contiguous_parameters(model)
+        if half is not None:
+            # BatchNorm keeps float32 running statistics, which a bf16/fp16 weight cannot
+            # be used with (``expected scalar type BFloat16 but found Float``): each
+            # BatchNorm is a unit of its own computing in float32, as FSDP1's
+            # MixedPrecision left BatchNorm alone (its ``_module_classes_to_ignore``).
+            full = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+            for norm in batch_norms(model):
+                fully_shard(norm, mesh=mesh, mp_policy=full)
         for unit in shard_units(model):
             fully_shard(unit, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
