@@ -21,6 +21,10 @@ from tests.trackers.offline import OFFLINE_ENV
 # `mlflow server` took 51 s to answer /health on this 2-core machine under load (17 s idle);
 # the wait is a hang guard of about 5 times that.
 SERVER_START_S = 240
+# MLflow's job runner (GenAI evaluation jobs, on by default) is no part of tracking: it
+# starts huey consumers that cost about 17 CPU-seconds at each server start and 0.17 a second
+# after (this 2-core machine, 2026-11-27), and leaves a directory in /dev/shm at every start.
+NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def free_port() -> int:
@@ -43,7 +47,7 @@ def mlflow_server(root: Path, env: dict[str, str]) -> Iterator[str]:
     ]  # fmt: skip
     proc = subprocess.Popen(
         server,
-        env=env | OFFLINE_ENV,
+        env=env | OFFLINE_ENV | NO_JOB_RUNNER,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
