@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,14 +29,17 @@ def free_port() -> int:
 @dataclass(frozen=True)
 class _Group:
     world_size: int
-    port: int
+    # The ranks meet through a file, not a port: a port chosen free here could be taken
+    # (an outgoing connection's ephemeral port) in the seconds the spawned ranks take to
+    # import torch.
+    store_file: str
     timeout_s: float
 
 
 def _entry(rank: int, work: Callable[..., None], group: _Group, args: tuple[Any, ...]) -> None:
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{group.port}",
+        init_method=f"file://{group.store_file}",
         rank=rank,
         world_size=group.world_size,
         timeout=timedelta(seconds=group.timeout_s),
@@ -50,11 +54,13 @@ def run_ranks(
     work: Callable[..., None], world_size: int, *args: Any, timeout_s: float = RANKS_TIMEOUT_S
 ) -> None:
     """Run ``work(rank, *args)`` in ``world_size`` spawned processes that form a gloo group
-    on loopback; fail the test when one fails or they outlive ``timeout_s``, a hang guard.
+    (meeting through a file store); fail the test when one fails or they outlive ``timeout_s``, a hang guard.
     ``work`` must be a module-level function (spawn pickles it)."""
+    rendezvous = tempfile.TemporaryDirectory(prefix="ddpimg-ranks-")
+    store_file = f"{rendezvous.name}/store"
     processes = mp.start_processes(
         _entry,
-        args=(work, _Group(world_size, free_port(), timeout_s), args),
+        args=(work, _Group(world_size, store_file, timeout_s), args),
         nprocs=world_size,
         join=False,
         start_method="spawn",
@@ -72,3 +78,4 @@ def run_ranks(
             if process.is_alive():
                 process.kill()
                 process.join()
+        rendezvous.cleanup()
