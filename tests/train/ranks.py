@@ -54,8 +54,9 @@ def run_ranks(
     work: Callable[..., None], world_size: int, *args: Any, timeout_s: float = RANKS_TIMEOUT_S
 ) -> None:
     """Run ``work(rank, *args)`` in ``world_size`` spawned processes that form a gloo group
-    (meeting through a file store); fail the test when one fails or they outlive ``timeout_s``, a hang guard.
-    ``work`` must be a module-level function (spawn pickles it)."""
+    (meeting through a file store); fail the test when one fails or they outlive
+    ``timeout_s``, a hang guard. ``work`` must be a module-level function (spawn pickles
+    it)."""
     rendezvous = tempfile.TemporaryDirectory(prefix="ddpimg-ranks-")
     store_file = f"{rendezvous.name}/store"
     processes = mp.start_processes(
