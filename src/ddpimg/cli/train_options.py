@@ -129,7 +129,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         help="bf16: autocast to bfloat16 (CPU and GPU); fp16: autocast to float16 with dynamic "
         f"loss scaling (GPUs without bf16, e.g. V100); auto: bf16 for {bf16_trainers} on a "
-        "GPU, fp32 otherwise (default: %(default)s)",
+        "GPU, fp32 otherwise; with --strategy deepspeed, DeepSpeed's own bf16/fp16 instead of "
+        "autocast (default: %(default)s)",
     )
     parser.add_argument(
         "--warmup-steps",
