@@ -84,8 +84,8 @@ def inputs_cast_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple[Any, ...]],
     and switches off an autocast around the engine's forward (DeepSpeed 0.19.8,
     ``runtime/torch_autocast.autocast_if_enabled``, whose check reads the CUDA autocast: on
     the CPU the loop's autocast stays on), so on a GPU float32 images met bf16 weights
-    (``Input type (float) and bias type (c10::BFloat16) should be the same``). Token ids and
-    labels are not floating point and pass unchanged. On the CPU the first layer's autocast
+    (``Input type (float) and bias type (c10::BFloat16) should be the same``). Token ids are
+    not floating point and pass unchanged. On the CPU the first layer's autocast
     made the same cast, so the CPU trajectory is unchanged."""
 
     def cast(module: nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
