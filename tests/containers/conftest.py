@@ -12,13 +12,9 @@ reports how many), so `pytest tests/containers` runs the static recipe tests any
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.containers.podman_hpc import Store
-from tests.engines.availability import missing_reason
 
 IMAGE_VARIABLE = "DDPIMG_TEST_IMAGE"
 FLAVOUR_IMAGES_VARIABLE = "DDPIMG_FLAVOUR_IMAGES"
@@ -46,20 +42,3 @@ def image() -> str:
 @pytest.fixture(scope="session")
 def flavour_images() -> list[str]:
     return os.environ[FLAVOUR_IMAGES_VARIABLE].split()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def podman_hpc_store(request: pytest.FixtureRequest) -> Iterator[Store | None]:
-    """podman-hpc with the test image loading into its store, started with the session
-    when a selected test needs it (the load takes minutes: the other tests run meanwhile);
-    None when none does or podman is missing (the podman tests then skip or fail as the
-    engine policy says)."""
-    wanted = any(item.get_closest_marker("podman") for item in request.session.items)
-    if not wanted or not os.environ.get(IMAGE_VARIABLE) or missing_reason("podman"):
-        yield None
-        return
-    store = Store(os.environ[IMAGE_VARIABLE])
-    try:
-        yield store
-    finally:
-        store.close()

@@ -1,5 +1,5 @@
-"""NERSC's podman-hpc on this machine, for the smoke tests: its configuration, and the image
-loaded into its store from docker.
+"""NERSC's podman-hpc on this machine, for the multi-node test of a site's own image
+(tests/multinode/test_site_image.py, tests/multinode/stock_image.py): its configuration.
 
 podman-hpc (PyPI) is a Python wrapper of podman; here it drives Debian 12's podman 4.3. What
 it needs on such a machine, all in a directory of its own: a configuration file (the podman
@@ -8,10 +8,6 @@ binary, its ``fuse-overlayfs-wrap`` mount program, its modules, the OCI hook it 
 ``containers.conf`` naming runc and no default ulimits: crun cannot run under cgroups v1 /
 hybrid, and podman's default ulimits exceed what a process without CAP_SYS_RESOURCE may set.
 
-The image comes from docker (``docker save`` to a file, then ``podman-hpc load``, not a second
-build). The save takes about a minute and runs first; the load takes minutes more (the 6.5 GB
-archive into podman's store), so it runs in the background while the other tests run, and the
-podman test waits for it.
 ``podman-hpc migrate`` (the squashed images NERSC's compute nodes run from) is not tried: it
 runs a statically linked ``mksquashfs.static`` inside the image, which Debian does not ship.
 """
@@ -22,11 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-LOAD_TIMEOUT_S = 900
-SAVE_TIMEOUT_S = 600
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = []
@@ -65,84 +58,3 @@ def configure(root: Path) -> dict[str, str]:
         "PODMANHPC_CONFIG_FILE": str(config),
         "CONTAINERS_CONF": str(conf),
     }
-
-
-SPACE_FACTOR = 2.5  # the saved archive + the unpacked layers + room for the containers
-
-
-def _check_space(image: str, root: Path) -> None:
-    """Fail at once, saying how much is missing, when the store's file system cannot hold
-    the load (else podman fails minutes later with a bare "no space left on device")."""
-    size = int(
-        subprocess.run(
-            ["docker", "image", "inspect", "--format", "{{.Size}}", image],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    )
-    free = shutil.disk_usage(root).free
-    needed = int(SPACE_FACTOR * size)
-    assert free >= needed, (
-        f"podman-hpc load of {image} ({size / 1e9:.1f} GB) needs about {needed / 1e9:.1f} GB "
-        f"free under {root.parent}, which has {free / 1e9:.1f} GB: free some space (docker "
-        "images, old worktrees) or point TMPDIR elsewhere"
-    )
-
-
-class Store:
-    """podman-hpc configured in a temporary directory, ``image`` loading into its store in
-    the background from the moment it is made; :meth:`close` removes everything."""
-
-    def __init__(self, image: str) -> None:
-        self._tmp = tempfile.TemporaryDirectory(
-            prefix="ddpimg-podman-hpc-", ignore_cleanup_errors=True
-        )
-        self.root = Path(self._tmp.name)
-        self.env = configure(self.root)
-        _check_space(image, self.root)
-        # The image is saved to a file before anything else runs, not piped into the load
-        # while the other tests start and remove containers: piped, docker save failed here
-        # once ("open .../overlay2/.../merged/...: no such file or directory"; overlay2
-        # without native diff reads the layers through a mount).
-        archive = self.root / "image.tar"
-        saved = subprocess.run(
-            ["docker", "save", "--output", str(archive), image],
-            capture_output=True,
-            text=True,
-            timeout=SAVE_TIMEOUT_S,
-            check=False,
-        )
-        assert saved.returncode == 0, f"docker save {image} failed:\n{saved.stderr[-2000:]}"
-        self._archive = archive
-        self._load = subprocess.Popen(
-            ["podman-hpc", "load", "--input", str(archive)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            text=True,
-        )
-        self._loaded: str | None = None
-
-    def wait(self) -> dict[str, str]:
-        """Wait for the load; podman-hpc's environment. Fails naming what went wrong."""
-        if self._loaded is None:
-            output, _ = self._load.communicate(timeout=LOAD_TIMEOUT_S)
-            self._archive.unlink()
-            assert self._load.returncode == 0, f"podman-hpc load failed:\n{output[-2000:]}"
-            self._loaded = output
-        return self.env
-
-    def close(self) -> None:
-        if self._load.poll() is None:
-            self._load.kill()
-            self._load.wait(timeout=60)
-        subprocess.run(
-            ["podman-hpc", "system", "reset", "--force"],
-            env=self.env,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        self._tmp.cleanup()

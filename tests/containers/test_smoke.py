@@ -4,6 +4,11 @@ Each test runs the image the way people do: read-only root (as a SIF is), non-ro
 `ddpimg doctor`, and a host environment full of module-system variables; two containers as
 two ranks of one Slurm step, started by the very line `ddpimg sbatch` renders, are in
 test_runtimes.py. ``DDPIMG_TEST_IMAGE`` names the image (conftest.py).
+
+Two local workers training on a read-only root: test_trackers_log_offline_on_a_read_only_root
+(every step's loss read back), and the documented lines `docker run --rm [--read-only --tmpfs
+/tmp] ddpimg:cpu train --nproc-per-node 2 --data synthetic --epochs 1`, which
+test_documented_commands.py runs in the image.
 """
 
 from __future__ import annotations
@@ -21,9 +26,6 @@ from tests.integration.runs import QUICK_TRAIN, read_metrics, run, train_losses
 
 pytestmark = pytest.mark.docker
 
-# The issue's command is `train --nproc-per-node 2 --data synthetic --epochs 1`; a full
-# synthetic MNIST epoch takes 2.5 minutes on 2 cores, so the smoke run takes a slice of it.
-EPOCH_SLICE = ["--train-samples", "4096", "--eval-samples", "1024"]
 READ_ONLY = ["--read-only", "--tmpfs", "/tmp"]
 # Inside the container: where a host directory is mounted for outputs.
 OUT = "/out"
@@ -107,13 +109,6 @@ def test_build_info_describes_the_image(image: str, build_info: dict[str, Any]) 
     assert len(build_info["lock"]["sha256"]) == 64
     assert build_info["build_date"]
     assert build_info["open_mpi"]
-
-
-def test_train_on_a_read_only_root(image: str) -> None:
-    """The issue's first smoke run: 2 local workers, synthetic data, 1 epoch, read-only root."""
-    command = ["train", "--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1"]
-    proc = docker_run(image, [*command, *EPOCH_SLICE], options=READ_ONLY, timeout=600)
-    assert "eval  epoch 1" in proc.stdout + proc.stderr
 
 
 def test_caches_are_writable_on_a_read_only_root(image: str) -> None:
