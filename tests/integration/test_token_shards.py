@@ -1,11 +1,14 @@
 """``train gpt --data DIR`` on token shards made by ``ddpimg data tokenize`` (llm.c's
 format) and on the same tokens in nanoGPT's headerless ``train.bin`` / ``val.bin``, under
-real launchers: two processes follow one process's trajectory (torchrun's workers, ``srun
--n 2``, ``mpirun -np 2``), and a run stopped mid-epoch and resumed is the uninterrupted run
-(bitwise with one process and ``--deterministic``; within tolerance with two ranks, whose
-sums are ordered differently). The 12 steps cross an epoch boundary (8 steps an epoch), so
-the order of the second epoch is drawn too, and each epoch's evaluation covers the first 11
-of the 12 evaluation windows once (6 and 5 with two ranks).
+real launchers: two ranks stopped mid-epoch and resumed follow one process's trajectory
+(``srun -n 2`` on the shards, ``mpirun -np 2`` on nanoGPT's files: within tolerance, their
+sums ordered differently), and one process stopped and resumed is the uninterrupted run
+(bitwise, with ``--deterministic``). Which rows a rank reads does not depend on the launcher
+(the ranks come resolved: ddpimg.topology), so two workers of torch's launcher on the shards
+(run here until 2026-11-27, within the tolerance like these) are not run a third time. The
+12 steps cross an epoch boundary (8 steps an epoch), so the order of the second epoch is
+drawn too, and each epoch's evaluation covers the first 11 of the 12 evaluation windows
+once (6 and 5 with two ranks).
 
 Tolerance (python -m tests.noise -- TRAIN --data SHARDS, AMD EPYC, 2026-11-25): 1 thread,
 torch's default kernels, oneDNN at SSE4.1 and MKL's compatible path parted from one process
@@ -98,15 +101,6 @@ def one_process(
     losses = train_losses(out)
     assert losses[-1] < losses[0] - 0.5, losses
     return losses
-
-
-@pytest.mark.torchrun
-def test_two_workers_follow_one_process(
-    tmp_path: Path, run_env: dict[str, str], corpus: Path, one_process: list[float]
-) -> None:
-    run(train(corpus, tmp_path, "--nproc-per-node", "2"), run_env)
-    check(tmp_path, 2, "llm.c v1")
-    assert_within(train_losses(tmp_path), one_process, TOLERANCE, "shards, 2 workers vs 1 process")
 
 
 @pytest.mark.torchrun

@@ -107,7 +107,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str])
 # Cells another test already runs, with stronger checks (against one process): mnist under
 # DDP with two workers of `train --nproc-per-node 2` (test_launchers.py's first test) and
 # mnist under ZeRO-1 with two ranks (test_launchers.py's DeepSpeed under mpirun, and
-# test_tutorial_launchers.py's under DeepSpeed's launcher). Not run twice.
+# test_tutorial_launchers.py's under DeepSpeed's launcher in an srun task). Not run twice.
 COVERED = {("mnist", "ddp"), ("mnist", "zero1")}
 
 

@@ -56,40 +56,6 @@ def deepspeed_launcher(port: int) -> list[str]:
     return [command("deepspeed"), "--num_gpus", "2", "--master_port", str(port)]
 
 
-@pytest.mark.deepspeed
-def test_deepspeed_launcher_matches_one_process(
-    tmp_path: Path, deepspeed_env: dict[str, str], reference: list[float]
-) -> None:
-    # DeepSpeed's launcher passes --local_rank=N and exports RANK, WORLD_SIZE, LOCAL_RANK,
-    # LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT: the env:// source. (Its
-    # workers under --strategy deepspeed: the next test, the documented form.)
-    cmd = [*deepspeed_launcher(free_port()), command("train"), "--strategy", "ddp"]
-    run([*cmd, *QUICK_TRAIN, "--out", str(tmp_path)], deepspeed_env, timeout=600)
-    check_run(tmp_path, reference, world_size=2)
-    assert run_info(tmp_path)["source"] == "env"
-    assert run_info(tmp_path)["local_world_size"] == 2
-
-
-@pytest.mark.deepspeed
-def test_deepspeed_launcher_runs_ddpimg_as_a_module(
-    tmp_path: Path, deepspeed_env: dict[str, str], reference: list[float]
-) -> None:
-    """The documented form for containers: no path of train for the host's shell to look up
-    (`--module`), and no --local_rank argument in front of ddpimg's command
-    (`--no_local_rank`: LOCAL_RANK comes from the environment)."""
-    module = ["--no_local_rank", "--module", "ddpimg", "train", "--strategy", "deepspeed"]
-    port = free_port()
-    cmd = [*deepspeed_launcher(port), *module, *QUICK_TRAIN, "--out", str(tmp_path)]
-    run(cmd, deepspeed_env, timeout=600)
-    check_run(tmp_path, reference, world_size=2)
-    assert run_info(tmp_path)["source"] == "env"
-    assert run_info(tmp_path)["local_world_size"] == 2
-    # DeepSpeed's CPU all-reduce segments (69 MB a rank) do not outlive the run
-    # (ddpimg.runtime.deepspeed_shm).
-    left = sorted(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
-    assert not left, f"left in /dev/shm: {[path.name for path in left]}"
-
-
 @pytest.mark.slurm
 @pytest.mark.deepspeed
 def test_deepspeed_launcher_inside_one_srun_task(
@@ -98,13 +64,26 @@ def test_deepspeed_launcher_inside_one_srun_task(
     slurm_env: dict[str, str],
     reference: list[float],
 ) -> None:
-    # CSC's pattern: `srun ... deepspeed train.py --deepspeed`. The step has 1 task, the
-    # launcher inside it 2 workers: the workers' variables win over the step's.
+    """CSC's pattern, `srun ... deepspeed train.py --deepspeed`, in its documented form
+    (docs/launchers.md): `--module ddpimg train`, no path of train for the host's shell to
+    look up (a container's), and `--no_local_rank`, LOCAL_RANK from the environment. The step
+    has 1 task, the launcher inside it 2 workers: the workers' variables win over the step's.
+    DeepSpeed's launcher exports RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK,
+    CROSS_SIZE, MASTER_ADDR, MASTER_PORT: the env:// source. (The `--local_rank=N` it passes
+    without `--no_local_rank` reaches `train` in test_transformers.py's DeepSpeed launcher
+    test; the same line in the image: tests/containers/test_documented_commands.py.)"""
     env = slurm_env | {"TORCH_EXTENSIONS_DIR": deepspeed_env["TORCH_EXTENSIONS_DIR"]}
-    cmd = ["srun", "-N1", "-n1", *deepspeed_launcher(free_port()), command("train")]
-    run([*cmd, "--strategy", "deepspeed", *QUICK_TRAIN, "--out", str(tmp_path)], env, timeout=600)
+    port = free_port()
+    module = ["--no_local_rank", "--module", "ddpimg", "train", "--strategy", "deepspeed"]
+    cmd = ["srun", "-N1", "-n1", *deepspeed_launcher(port), *module]
+    run([*cmd, *QUICK_TRAIN, "--out", str(tmp_path)], env, timeout=600)
     check_run(tmp_path, reference, world_size=2)
     assert run_info(tmp_path)["source"] == "env"
+    assert run_info(tmp_path)["local_world_size"] == 2
+    # DeepSpeed's CPU all-reduce segments (69 MB a rank) do not outlive the run
+    # (ddpimg.runtime.deepspeed_shm).
+    left = sorted(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
+    assert not left, f"left in /dev/shm: {[path.name for path in left]}"
 
 
 @pytest.mark.slurm
