@@ -74,10 +74,6 @@ STACK_WAIT_S = 3600
 STACK_POLL_S = 2.0
 # ddpimg's own editable build takes seconds: a hang guard.
 BUILD_LOCK_WAIT_S = 600
-# pip byte-compiles every module it installs: for the stack venv's 22,000 files about 66
-# CPU-seconds (measured 2026-11-27), of which the tests import a fraction. Without it,
-# Python compiles what is imported on first import and keeps it in __pycache__ as usual.
-NO_COMPILE = "--no-compile"
 
 
 def _stack_dir(session: nox.Session) -> Path:
@@ -101,7 +97,7 @@ def _stack(session: nox.Session) -> Path:
         if not (bin_dir / "python").exists():
             # What nox itself runs for a session's venv.
             session.run_install(sys.executable, "-m", "virtualenv", str(venv), external=True)
-        pip = [str(bin_dir / "python"), "-m", "pip", "install", NO_COMPILE]
+        pip = [str(bin_dir / "python"), "-m", "pip", "install"]
         session.run_install(
             *pip, "-r", TRAIN_REQUIREMENTS, "-r", DEV_REQUIREMENTS, "-r", BENCH_REQUIREMENTS,
             external=True, silent=True,
@@ -414,20 +410,19 @@ def _image_tests(
     """Build ``builds`` on this machine (no registry), then run pytest on ``tests`` with
     ``env`` naming the images (images.images_built cleans up)."""
     # ddpimg without the training stack: the tests only read what the images wrote.
-    session.install(NO_COMPILE, "-r", DEV_REQUIREMENTS)
+    session.install("-r", DEV_REQUIREMENTS)
     with _building_from_the_tree(session):
-        session.install(NO_COMPILE, "--no-deps", "-e", ".")
+        session.install("--no-deps", "-e", ".")
     with images.images_built(session, builds, drop_build_stages or []):
         session.run("pytest", DURATIONS, tests, "-p", "no:cacheprovider", *session.posargs, env=env)
 
 
 @nox.session(default=False)
 def smoke(session: nox.Session) -> None:
-    """Build the CPU image here (no registry); run it under docker."""
+    """Build the CPU image here (no registry); run it under docker and podman-hpc."""
     # Under CI, whose clone never builds again, the build stage (a second 7 GB copy of the
     # venv, kept here as the next build's cache) goes as soon as the image is built: the
-    # multi-node tests' images and the integration tests' runs need that room (a CI run once
-    # ran out of disk).
+    # podman-hpc tests need that room (a CI run once ran out of disk loading the image).
     in_ci = bool(os.environ.get("CI"))
     _image_tests(
         session, [images.SMOKE_BUILD], "tests/containers",
