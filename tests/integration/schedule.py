@@ -40,7 +40,7 @@ LONGEST_FIRST = (
     "test_tutorial_launchers.py",  # ~230 s: eight launch lines, one under DeepSpeed's launcher
     "test_preemption.py",  # ~300 s
     "test_image_data.py",  # ~220 s
-    "test_trainers.py",  # ~250 s
+    "test_trainers.py",  # ~220 s
     "test_trackers.py",  # ~240 s
     "test_sbatch.py",  # ~200 s
     "test_lightning.py",  # ~160 s
