@@ -37,18 +37,18 @@ FROM_THE_END_VARIABLE = "DDPIMG_INTEGRATION_FROM_THE_END"
 # here only loses its head start.
 LONGEST_FIRST = (
     "test_scripts.py",  # ~510 s: three script cells, their references, the trackers
+    "test_preemption.py",  # ~250 s
+    "test_trackers.py",  # ~240 s
     "test_tutorial_launchers.py",  # ~230 s: eight launch lines, one under DeepSpeed's launcher
-    "test_preemption.py",  # ~300 s
     "test_image_data.py",  # ~220 s
     "test_trainers.py",  # ~220 s
-    "test_trackers.py",  # ~240 s
-    "test_sbatch.py",  # ~200 s
-    "test_lightning.py",  # ~160 s
-    "test_transformers.py",  # ~110 s
-    "test_token_shards.py",  # ~125 s
-    "test_crafted_checkpoints.py",  # ~150 s
     "test_launchers.py",  # ~140 s
+    "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
+    "test_token_shards.py",  # ~125 s
+    "test_lightning.py",  # ~120 s
     "test_resume_world_size.py",  # ~115 s
+    "test_transformers.py",  # ~110 s
+    "test_crafted_checkpoints.py",  # ~110 s
     "test_chaos.py",  # ~105 s
     "test_tracker_sync.py",  # ~80 s
     "test_stalls.py",  # ~80 s
