@@ -61,8 +61,6 @@ TRAIN_REQUIREMENTS = "requirements/train.txt"
 BENCH_REQUIREMENTS = "requirements/bench.txt"
 # Every pytest run ends with its slowest 30 tests: CI's log is where the time goes (issue 26).
 DURATIONS = "--durations=30"
-# How the tests' OpenMP threads wait for work (_pytest): yield the core, not spin.
-OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
 DEMO_ARGS = ["--nproc-per-node", "2", "--data", "synthetic", "--epochs", "1", "--out", "runs/demo"]
 # The one venv with the training stack: the tests session's own (other tooling runs
 # .nox/tests/bin/...). The other sessions that need it run in it, without a venv of their own.
@@ -165,7 +163,7 @@ def _pytest(session: nox.Session, *args: str, engines: bool = False) -> None:
     # other); torch's OpenMP (GNU libgomp) spins while its threads wait for work, taking CPU
     # from whatever shares the core. Measured beside a neighbour (docs/development.md): the
     # unit tests 188 s -> 137 s. Ranks, Slurm jobs and srun steps inherit it; a caller's wins.
-    session.env[OMP_WAIT_POLICY] = os.environ.get(OMP_WAIT_POLICY, "PASSIVE")
+    session.env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     session.run(str(bin_dir / "pytest"), DURATIONS, *args, *session.posargs, external=True)
 
 
