@@ -76,6 +76,16 @@ def relative_differences(actual: Sequence[float], expected: Sequence[float]) -> 
     return found
 
 
+def floor_between(
+    reference: Sequence[float], reordered: Sequence[float], least: float = FLOAT32_STEP
+) -> float:
+    """The noise floor measured inside a test: the largest difference at steps
+    1..FLOOR_STEPS between two runs that only sum in another order (e.g. one intra-op thread
+    against two), never below ``least`` (one rounding step of the dtype trained in)."""
+    early = relative_differences(reordered[:FLOOR_STEPS], reference[:FLOOR_STEPS])
+    return max([least, *early])
+
+
 def assert_within(
     actual: Sequence[float], expected: Sequence[float], tolerance: Tolerance, what: str
 ) -> None:

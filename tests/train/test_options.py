@@ -160,8 +160,9 @@ def test_the_options_that_may_change_on_resume_are_declared() -> None:
 # manifest.json's arguments as ddpimg wrote them while TrainConfig held every trainer's
 # options as flat fields: an earlier run's manifest is compared with them (``--resume``).
 FLAT_KEYS = {
-    "trainer", "strategy", "epochs", "max_steps", "batch_size", "global_batch_size", "data",
-    "train_samples", "eval_samples", "out", "seed", "deterministic", "log_every", "precision",
+    "trainer", "strategy", "epochs", "max_steps", "batch_size", "global_batch_size",
+    "micro_batch_size", "data", "train_samples", "eval_samples", "out", "seed", "deterministic",
+    "log_every", "precision",
     "zero_stage", "lr", "gamma", "warmup_steps", "arch", "image_size", "sync_batchnorm",
     "workers", "bad_samples", "size", "seq_len", "eval_data", "init_from", "gpus_per_replica",
     "checkpoint_every", "keep_checkpoints", "resume", "preempt_signals", "preempt_check_every",

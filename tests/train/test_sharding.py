@@ -71,3 +71,29 @@ def test_eval_shard_pads_with_empty_batches() -> None:
     first, second = (EvalShard(2001, 1000, rank, 2) for rank in range(2))
     assert [len(b) for b in first.batches()] == [1000, 0]
     assert [len(b) for b in second.batches()] == [1000, 1]
+
+
+@pytest.mark.parametrize(("world_size", "micro"), [(1, 4), (2, 4), (4, 2), (2, 2)])
+def test_micro_batches_follow_their_place_in_the_global_batch(world_size: int, micro: int) -> None:
+    """The forward passes of a step, rank by rank and micro-batch by micro-batch, are the
+    global batch cut into pieces of ``micro`` in order: one rank with two micro-batches of m
+    takes, in turn, the rows two ranks of m take at once."""
+    global_batch, order = 8, torch.randperm(40)
+    per_rank = global_batch // world_size
+    shards = [
+        TrainShard(40, BatchLayout(per_rank, world_size, micro), rank) for rank in range(world_size)
+    ]
+    for step in range(3):
+        passes = [order[where] for shard in shards for where in shard.micro_positions(step)]
+        assert all(len(rows) == micro for rows in passes)
+        whole = order[step * global_batch : (step + 1) * global_batch]
+        assert torch.equal(torch.cat(passes), whole)
+        starts = [shard.micro_offset(j) for shard in shards for j in range(per_rank // micro)]
+        assert starts == list(range(0, global_batch, micro))
+
+
+def test_a_plan_holds_one_batch_a_forward_pass() -> None:
+    shard = TrainShard(40, BatchLayout(8, 2, 2), rank=1)
+    plan = shard.plan(torch.arange(40), epoch=1, start=1, stop=3)
+    assert len(plan) == 2 * 4
+    assert [plan.rows(i).tolist() for i in range(4)] == [[24, 25], [26, 27], [28, 29], [30, 31]]

@@ -4,9 +4,9 @@ Defaults come from ``TrainConfig``'s fields, the trainers' defaults and learning
 their specs (``ddpimg.train.tasks``), their own flags from their options dataclasses
 (``ddpimg.train.options``), the strategies from theirs: the parser repeats no number.
 Building it imports neither torch nor any trainer's code. ``train_config`` checks every
-value and raises a DdpimgError naming the flag, the value and a fix; the one check that
-needs the world size (``--global-batch-size`` divisible by it) is
-``ddpimg.train.batch.BatchLayout.of``, where the run starts.
+value and raises a DdpimgError naming the flag, the value and a fix; the checks that need
+the world size (``--global-batch-size`` divisible by it, ``--micro-batch-size`` dividing each
+rank's share) are ``ddpimg.train.batch.BatchLayout.of``, where the run starts.
 """
 
 from __future__ import annotations
@@ -77,6 +77,15 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="samples per step over all ranks; must be divisible by the world size. Fixing it "
         "gives the same loss trajectory whatever the number of processes",
+    )
+    parser.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="samples per rank and forward pass: each rank accumulates the gradients of "
+        "(its share of the batch) / N passes before the optimizer step, so the batch is the "
+        "same on fewer or smaller GPUs and memory follows N (default: the whole share at once)",
     )
     parser.add_argument(
         "--data",
@@ -275,6 +284,7 @@ def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         max_steps=args.max_steps,
         batch_size=batch_size,
         global_batch_size=global_batch,
+        micro_batch_size=args.micro_batch_size,
         data=args.data,
         train_samples=args.train_samples,
         eval_samples=args.eval_samples,

@@ -67,7 +67,10 @@ def run_training(
     recorder: RunRecorder | None = None
     try:
         with _watching(watch):
-            resume = resolve_resume(config, ctx, batch, strategy.reshards_on_load, sys.stderr)
+            resume = resolve_resume(
+                config, ctx, batch, sys.stderr,
+                reshards=strategy.reshards_on_load, batchnorm_samples=task.batchnorm_samples(),
+            )  # fmt: skip
             if ctx.is_main:
                 recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr, resume)
                 if watch is not None:

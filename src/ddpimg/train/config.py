@@ -40,6 +40,8 @@ class TrainConfig:
     max_steps: int = 0
     batch_size: int | None = DEFAULT_BATCH_SIZE
     global_batch_size: int | None = None
+    #: Samples per rank and forward pass; None: the whole per-rank batch in one pass.
+    micro_batch_size: int | None = None
     data: str = SYNTHETIC
     train_samples: int | None = None
     eval_samples: int | None = None
@@ -136,6 +138,9 @@ def _validate(config: TrainConfig) -> None:
     check_at_least("--max-steps", config.max_steps, 0, "0 means no step limit")
     check_at_least("--batch-size", config.batch_size, 1, "it counts samples per rank and step")
     check_at_least("--global-batch-size", config.global_batch_size, 1, "it counts samples per step")
+    check_at_least(
+        "--micro-batch-size", config.micro_batch_size, 1, "it counts samples per rank and forward"
+    )
     check_at_least("--train-samples", config.train_samples, 1, "leave it out to use all samples")
     check_at_least("--eval-samples", config.eval_samples, 1, "leave it out to use all samples")
     check_at_least("--seed", config.seed, 0, "any integer from 0 to 2**63 - 1")

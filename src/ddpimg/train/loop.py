@@ -3,11 +3,15 @@ that owns the run's state (model, optimizer, schedule, checkpoints, the data pos
 takes it forward step by step.
 
 Per step: this rank's slice of the global batch (``BatchPlan``: the rows follow from (seed,
-epoch, step) alone), forward (with GlobalBatchDropout told where the slice sits), mean loss
-over the slice, backward and optimizer step through the strategy. The loss that is
-reported is the mean over the whole global batch: the ranks' sums of per-sample losses,
-all-reduced, over the global batch size. That reduction, and with it the only host
-synchronisation of the step, happens at log points only.
+epoch, step) alone), in one forward pass or in micro-batches (``--micro-batch-size``): for
+each, forward (with GlobalBatchDropout told where the micro-batch sits in the global batch)
+and backward of its share of the mean loss (its per-sample losses summed over the rank's
+samples of the step), the gradients accumulated and averaged over the ranks with the last
+one's backward; then the optimizer step through the strategy. So the gradient is that of
+the mean over the global batch however it is split over ranks and micro-batches. The loss
+that is reported is that mean: the ranks' sums of per-sample losses, all-reduced, over the
+global batch size. That reduction, and with it the only host synchronisation of the step,
+happens at log points only.
 
 After each epoch: a sharded evaluation whose loss and correct-prediction sums are
 all-reduced, so the mean loss and accuracy are those of the whole evaluation set; then the
@@ -37,7 +41,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,8 +90,10 @@ class Summary:
     wall time of the loop, evaluations included; ``samples_per_s`` counts training time
     only; ``steady_samples_per_s`` also leaves out the first ``--warmup-steps`` steps (None
     when the run was not longer), and ``throughput`` holds the task's rates derived from it
-    (images/s, tokens/s, MFU), written as fields of their own. ``skipped_samples``: samples
-    replaced because they could not be read, over all ranks (``--bad-samples skip``)."""
+    (images/s, tokens/s, MFU), written as fields of their own. ``micro_batch_size``: samples
+    per rank and forward pass, ``accumulation_steps`` of them per rank and step.
+    ``skipped_samples``: samples replaced because they could not be read, over all ranks
+    (``--bad-samples skip``)."""
 
     steps: int
     epochs: int
@@ -98,6 +104,8 @@ class Summary:
     samples_per_s: float
     world_size: int
     global_batch_size: int
+    micro_batch_size: int
+    accumulation_steps: int
     steps_per_epoch: int
     steady_samples_per_s: float | None = None
     skipped_samples: int = 0
@@ -154,8 +162,9 @@ class Trainer:
         self.model = strategy.wrap(task.build_model(self.dropout), task.make_optimizer)
         self.scheduler = epoch_schedule(config, strategy.optimizer)
         self.checkpoints = Checkpointer(
-            config, ctx, strategy, self.scheduler, recorder, batch=batch
-        )
+            config, ctx, strategy, self.scheduler, recorder,
+            batch=batch, batchnorm_samples=task.batchnorm_samples(),
+        )  # fmt: skip
         start = self.checkpoints.restore(resume)
         if resume is not None:
             self.progress.saved(str(resume.path), start.step)
@@ -220,23 +229,25 @@ class Trainer:
         order = epoch_order(len(self.train_set), self.config.seed, self.epoch)
         batches = self.train_set.batches(self.shard.plan(order, self.epoch, self.index, stop))
         with contextlib.closing(batches):
-            for inputs, targets in self._fetched(batches):
-                self.train_step(inputs, targets)
+            micro_batches = iter(batches)
+            while self.index < stop:
+                self.train_step(micro_batches)
                 self.after_step(epoch_end=self.index == stop)
 
-    def _fetched(self, batches: Iterable[Batch]) -> Iterator[Batch]:
-        """``batches``, with the wait for each one recorded as the next step's data phase."""
-        iterator = iter(batches)
-        while True:
-            self.progress.enter(DATA, self.step + 1)
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            yield batch
+    def _fetched(self, micro_batches: Iterator[Batch]) -> Batch:
+        """The next micro-batch, with the wait for it recorded as the step's data phase."""
+        self.progress.enter(DATA, self.step)
+        try:
+            return next(micro_batches)
+        except StopIteration:
+            raise RuntimeError(
+                f"the data ended inside step {self.step}: its plan holds fewer batches than "
+                "the steps it was made for"
+            ) from None
 
-    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """One optimizer step on this rank's slice of the global batch."""
+    def train_step(self, micro_batches: Iterator[Batch]) -> None:
+        """One optimizer step on this rank's slice of the global batch, taken from
+        ``micro_batches`` one forward pass at a time (``batch.accumulation`` of them)."""
         if self.step == self._warm_until:
             # Throughput after warm-up (allocator growth, cuDNN autotuning) is counted from
             # here: the one host synchronisation outside log points.
@@ -244,19 +255,29 @@ class Trainer:
             self.clock.start_steady(self.step * self.batch.global_size)
         self.step, self.index = self.step + 1, self.index + 1
         first = self.step == self._first_step
-        self.dropout.position = BatchPosition(self.step, self.shard.offset, self.batch.global_size)
         rng_before = _global_rng_state(self.ctx.device) if first else None
         progress = self.progress
-        progress.enter(FORWARD, self.step)
-        with self.autocast():
-            output = self.model(inputs)
-        losses = self.task.loss(output, targets)
-        progress.enter(BACKWARD, self.step)
-        self.strategy.backward(losses.mean())
+        accumulation = self.batch.accumulation
+        local_sum = torch.zeros((), dtype=torch.float64, device=self.ctx.device)
+        for micro_step in range(accumulation):
+            inputs, targets = self._fetched(micro_batches)
+            offset = self.shard.micro_offset(micro_step)
+            self.dropout.position = BatchPosition(self.step, offset, self.batch.global_size)
+            with self.strategy.micro_batch(last=micro_step == accumulation - 1):
+                progress.enter(FORWARD, self.step)
+                with self.autocast():
+                    output = self.model(inputs)
+                losses = self.task.loss(output, targets)
+                progress.enter(BACKWARD, self.step)
+                # This micro-batch's share of the mean over the rank's samples of the step:
+                # the accumulated gradient is the mean's, as with the whole slice at once.
+                share = losses.mean() if accumulation == 1 else losses.mean() / accumulation
+                self.strategy.backward(share)
+            local_sum += losses.detach().double().sum()
         progress.enter(OPTIMIZER, self.step)
         self.strategy.step()
         self.strategy.zero_grad()
-        self._local_sum = losses.detach().double().sum()
+        self._local_sum = local_sum
         if first:
             _synchronize(self.ctx.device)  # once: the first step's end, not its launch
             startup.mark("first_step")
@@ -378,6 +399,8 @@ class Trainer:
             samples_per_s=self.clock.overall_samples_per_s(samples),
             world_size=self.ctx.world_size,
             global_batch_size=self.batch.global_size,
+            micro_batch_size=self.batch.micro,
+            accumulation_steps=self.batch.accumulation,
             steps_per_epoch=self.shard.steps_per_epoch,
             steady_samples_per_s=steady,
             skipped_samples=int(skipped.item()),

@@ -3,8 +3,11 @@
 Training: each epoch visits the training set in the order of a permutation drawn from a
 generator seeded by (seed, epoch); global batch i is ``order[i*G:(i+1)*G]`` (the incomplete
 last one is dropped) and rank r takes rows ``[r*b:(r+1)*b]`` of it (``BatchLayout``: b per
-rank, G global).
-So the union of the rank slices of a step is the single-process batch of that step.
+rank, G global), in micro-batches of m rows: its j-th forward pass takes rows
+``[r*b + j*m : r*b + (j+1)*m]``.
+So the union of the rank slices of a step is the single-process batch of that step, and the
+rows of a forward pass depend on the micro-batch's place in the global batch alone: one rank
+with two micro-batches of m sees, in order, the rows that two ranks of m see at once.
 
 Evaluation: rank r takes a contiguous shard (sizes differ by at most one); every rank runs
 the same number of batches, some possibly empty, so collectives inside a wrapped model's
@@ -46,6 +49,11 @@ class TrainShard:
         """This rank's first row in the global batch."""
         return self.rank * self.batch.per_rank
 
+    def micro_offset(self, micro_step: int) -> int:
+        """The first row of this rank's ``micro_step``-th forward pass (from 0) in the global
+        batch."""
+        return self.offset + micro_step * self.batch.micro
+
     @property
     def steps_per_epoch(self) -> int:
         return self.num_samples // self.batch.global_size
@@ -55,13 +63,26 @@ class TrainShard:
         start = step_in_epoch * self.batch.global_size + self.offset
         return slice(start, start + self.batch.per_rank)
 
+    def micro_positions(self, step_in_epoch: int) -> tuple[slice, ...]:
+        """Where the rows of each of this rank's forward passes of ``step_in_epoch`` sit in
+        the epoch's order, in the order they are taken."""
+        first = step_in_epoch * self.batch.global_size
+        micro = self.batch.micro
+        return tuple(
+            slice(first + self.micro_offset(j), first + self.micro_offset(j) + micro)
+            for j in range(self.batch.accumulation)
+        )
+
     def rows(self, order: torch.Tensor, step_in_epoch: int) -> torch.Tensor:
         """The sample indices this rank trains on at ``step_in_epoch`` (from 0)."""
         return order[self.positions(step_in_epoch)]
 
     def plan(self, order: torch.Tensor, epoch: int, start: int, stop: int) -> BatchPlan:
-        """This rank's batches of steps ``start`` to ``stop`` (exclusive) of ``epoch``."""
-        return BatchPlan(epoch, order, tuple(self.positions(i) for i in range(start, stop)))
+        """This rank's batches of steps ``start`` to ``stop`` (exclusive) of ``epoch``: one
+        batch a forward pass (``batch.accumulation`` of them a step), so that no more than a
+        micro-batch is loaded at once."""
+        slices = tuple(where for i in range(start, stop) for where in self.micro_positions(i))
+        return BatchPlan(epoch, order, slices)
 
 
 @dataclass(frozen=True)

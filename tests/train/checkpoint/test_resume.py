@@ -28,7 +28,8 @@ from ddpimg.train.tasks import arguments_json
 
 def resolve(config: TrainConfig, ctx: DistContext, stream: io.StringIO) -> Resume | None:
     """``resolve_resume`` of ``config`` in ``ctx`` with a strategy that reshards (DDP)."""
-    return resolve_resume(config, ctx, BatchLayout.of(config, ctx.world_size), True, stream)
+    batch = BatchLayout.of(config, ctx.world_size)
+    return resolve_resume(config, ctx, batch, stream, reshards=True, batchnorm_samples=None)
 
 
 def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Path:
@@ -43,7 +44,7 @@ def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Pat
         world_size=1,
         global_batch=batch.global_size,
         strategy="ddp",
-        fingerprint=fingerprint(config, batch, reshards=True),
+        fingerprint=fingerprint(config, batch, reshards=True, batchnorm_samples=None),
         metrics_lines=step,
         reason="interval",
         saved_utc="2024-06-01T00:00:00Z",

@@ -34,12 +34,13 @@ BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
 
 
 def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> None:
-    values = fingerprint(BASE, BatchLayout(32, 2), reshards=True)
+    values = fingerprint(BASE, BatchLayout(32, 2), reshards=True, batchnorm_samples=None)
     assert not FREE_TO_CHANGE & values.keys()
     assert values["global_batch"] == 64
     assert values["lr"] == 1.0
     assert "world_size" not in values
-    assert fingerprint(BASE, BatchLayout(32, 2), reshards=False)["world_size"] == 2
+    unsharded = fingerprint(BASE, BatchLayout(32, 2), reshards=False, batchnorm_samples=None)
+    assert unsharded["world_size"] == 2
 
 
 @pytest.mark.parametrize(
@@ -53,8 +54,10 @@ def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> N
     ],
 )
 def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -> None:
-    saved = fingerprint(BASE, BatchLayout(32, 2), reshards=True)
-    current = fingerprint(replace(BASE, **changes), BatchLayout(32, 2), True)
+    saved = fingerprint(BASE, BatchLayout(32, 2), reshards=True, batchnorm_samples=None)
+    current = fingerprint(
+        replace(BASE, **changes), BatchLayout(32, 2), reshards=True, batchnorm_samples=None
+    )
     check_fingerprint(saved, current, Path("ck"))
 
 
@@ -83,8 +86,10 @@ def test_a_different_configuration_is_named(
     changes: dict[str, Any], batch: BatchLayout, reshards: bool, message: str
 ) -> None:
     saved_config = replace(BASE, **changes) if not reshards else BASE
-    saved = fingerprint(saved_config, BatchLayout(32, 2), reshards)
-    current = fingerprint(replace(BASE, **changes), batch, reshards)
+    saved = fingerprint(saved_config, BatchLayout(32, 2), reshards=reshards, batchnorm_samples=None)
+    current = fingerprint(
+        replace(BASE, **changes), batch, reshards=reshards, batchnorm_samples=None
+    )
     with pytest.raises(
         DdpimgError, match=r"checkpoint ck belongs to another configuration; "
     ) as err:
@@ -237,4 +242,28 @@ def test_the_fingerprint_is_the_flat_configs(
         | flat
         | {"trainer": trainer, "global_batch": global_batch, "world_size": 4}
     )
-    assert fingerprint(config, BatchLayout.of(config, 4), reshards=False) == expected
+    found = fingerprint(config, BatchLayout.of(config, 4), reshards=False, batchnorm_samples=None)
+    assert found == expected
+
+
+def test_the_micro_batch_may_change_but_what_batchnorm_normalises_over_may_not() -> None:
+    """Accumulation changes no trajectory of a model without BatchNorm; with BatchNorm the
+    samples of one forward pass are its statistics, so a changed number is named."""
+    micro = replace(BASE, micro_batch_size=8)
+    check_fingerprint(
+        fingerprint(BASE, BatchLayout(32, 2), reshards=True, batchnorm_samples=None),
+        fingerprint(micro, BatchLayout(64, 1, 8), reshards=True, batchnorm_samples=None),
+        Path("ck"),
+    )
+    saved = fingerprint(BASE, BatchLayout(32, 2), reshards=True, batchnorm_samples=64)
+    current = fingerprint(micro, BatchLayout(64, 1, 8), reshards=True, batchnorm_samples=8)
+    message = (
+        r"checkpoint ck belongs to another configuration; the samples BatchNorm normalises "
+        r"over in one forward pass \(--micro-batch-size x world size; --micro-batch-size alone "
+        r"with --no-sync-batchnorm\): 64 in the checkpoint, 8 now\n"
+        r"  hint: give a --micro-batch-size that makes 64 samples a forward pass on this world "
+        r"size, or start over with --resume none; a model trained with --no-sync-batchnorm "
+        r"continues on any world size with the same --micro-batch-size"
+    )
+    with pytest.raises(DdpimgError, match=message):
+        check_fingerprint(saved, current, Path("ck"))

@@ -138,3 +138,43 @@ def test_two_ranks_get_the_mean_of_their_gradients(tmp_path: Path) -> None:
             assert not torch.allclose(per_rank[0][name], per_rank[1][name])
             mean = (per_rank[0][name] + per_rank[1][name]) / 2
             torch.testing.assert_close(grad, mean)
+
+
+def accumulated_on_rank(rank: int, out: str) -> None:
+    """One of two gloo ranks: two micro-batches (this rank's batch cut in halves), their
+    gradients saved after the first backward and after the last one."""
+    ctx = dataclasses.replace(single_process(), rank=rank, world_size=2, local_rank=rank)
+    model = seeded_linear()
+    strategy = DdpStrategy(TrainConfig(), ctx)
+    wrapped = strategy.wrap(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    inputs, targets = rank_batch(rank)
+    saved = []
+    for half, last in ((slice(0, 2), False), (slice(2, 4), True)):
+        with strategy.micro_batch(last=last):
+            loss = nn.functional.mse_loss(wrapped(inputs[half]), targets[half]) / 2
+            strategy.backward(loss)
+        saved.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    torch.save(saved, Path(out) / f"rank-{rank}.pt")
+
+
+def test_micro_batches_accumulate_locally_and_average_at_the_last(tmp_path: Path) -> None:
+    """Before the last micro-batch a rank's gradient is its own (no all-reduce: DDP's
+    no_sync); after it, every rank holds the mean over the ranks of the accumulated sums,
+    which is the gradient of the mean loss over all samples."""
+    run_ranks(accumulated_on_rank, 2, str(tmp_path))
+
+    first_half, whole = [], []
+    for rank in range(2):
+        inputs, targets = rank_batch(rank)
+        model = seeded_linear()
+        (nn.functional.mse_loss(model(inputs[:2]), targets[:2]) / 2).backward()
+        first_half.append({name: p.grad for name, p in model.named_parameters()})
+        model = seeded_linear()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        whole.append({name: p.grad for name, p in model.named_parameters()})
+    for rank in range(2):
+        after_first, after_last = torch.load(tmp_path / f"rank-{rank}.pt", weights_only=True)
+        for name, grad in after_first.items():
+            torch.testing.assert_close(grad, first_half[rank][name])
+        for name, grad in after_last.items():
+            torch.testing.assert_close(grad, (whole[0][name] + whole[1][name]) / 2)

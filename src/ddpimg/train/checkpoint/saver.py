@@ -98,7 +98,8 @@ def _release_open_files(err: BaseException) -> None:
 class Checkpointer:
     """The checkpoints of the run ``config`` in the world ``ctx``; ``recorder`` is rank 0's
     (None elsewhere), whose metrics.jsonl length each checkpoint records; ``batch`` is
-    recorded with each (a resume on another world size keeps its global size)."""
+    recorded with each (a resume on another world size keeps its global size), and so is
+    ``batchnorm_samples`` (``Task.batchnorm_samples``, in the fingerprint)."""
 
     def __init__(
         self,
@@ -109,8 +110,10 @@ class Checkpointer:
         recorder: RunRecorder | None,
         *,
         batch: BatchLayout,
+        batchnorm_samples: int | None,
     ) -> None:
         self.config = config
+        self.batchnorm_samples = batchnorm_samples
         self.ctx = ctx
         self.batch = batch
         self.strategy = strategy
@@ -190,7 +193,12 @@ class Checkpointer:
                 world_size=self.batch.world_size,
                 global_batch=self.batch.global_size,
                 strategy=self.strategy.name,
-                fingerprint=fingerprint(self.config, self.batch, self.strategy.reshards_on_load),
+                fingerprint=fingerprint(
+                    self.config,
+                    self.batch,
+                    reshards=self.strategy.reshards_on_load,
+                    batchnorm_samples=self.batchnorm_samples,
+                ),
                 metrics_lines=self.recorder.sync_metrics() if self.recorder else 0,
                 reason=reason,
                 saved_utc=utc_now(),

@@ -32,9 +32,10 @@ RNG_DIR = "rng"
 # trainers' options declared so (``option(free_to_change=True)``: which evaluation set, how
 # many processes load the data, how unreadable samples are treated, the weights it started
 # from: a resumed run loads the checkpoint's). The batch options are replaced by the global
-# batch they give, ``--data`` by its kind (synthetic or files: the same files may move, e.g.
-# staged to node-local disk by each job). Any other option, those added later included,
-# decides the trajectory and must match.
+# batch they give (the micro-batch only decides how it is computed, except for a model with
+# BatchNorm: then the samples it normalises over are compared), ``--data`` by its kind
+# (synthetic or files: the same files may move, e.g. staged to node-local disk by each job).
+# Any other option, those added later included, decides the trajectory and must match.
 FREE_TO_CHANGE = (
     frozenset(
         {
@@ -42,6 +43,7 @@ FREE_TO_CHANGE = (
             "max_steps",
             "batch_size",
             "global_batch_size",
+            "micro_batch_size",
             "eval_samples",
             "out",
             "deterministic",
@@ -136,13 +138,18 @@ class CheckpointRecord:
         return record
 
 
-def fingerprint(config: TrainConfig, batch: BatchLayout, reshards: bool) -> dict[str, Any]:
+def fingerprint(
+    config: TrainConfig, batch: BatchLayout, *, reshards: bool, batchnorm_samples: int | None
+) -> dict[str, Any]:
     """The options that decide the loss trajectory, as JSON values (the batch options as
     ``batch``'s global size); with a strategy that cannot reshard its state, the world size
-    too."""
+    too; with a model that has BatchNorm, the samples it normalises over in one forward pass
+    (``Task.batchnorm_samples``)."""
     values = {k: v for k, v in arguments_json(config).items() if k not in FREE_TO_CHANGE}
     values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
     values["global_batch"] = batch.global_size
+    if batchnorm_samples is not None:
+        values["batchnorm_samples"] = batchnorm_samples
     if not reshards:
         values["world_size"] = batch.world_size
     return values
@@ -153,6 +160,11 @@ def _describe(key: str, saved: dict[str, Any]) -> str:
         return "the trainer"
     if key == "global_batch":
         return "the global batch (--batch-size x world size, or --global-batch-size)"
+    if key == "batchnorm_samples":
+        return (
+            "the samples BatchNorm normalises over in one forward pass (--micro-batch-size "
+            "x world size; --micro-batch-size alone with --no-sync-batchnorm)"
+        )
     if key == "world_size":
         return (
             f"the world size ({saved.get('strategy', 'this strategy')} checkpoints are "
@@ -175,6 +187,13 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path
         "resume with the checkpoint's options, start over with --resume none (removes the "
         "checkpoints of --out), or use another --out"
     )
+    if "batchnorm_samples" in differing and "global_batch" not in differing:
+        hint = (
+            f"give a --micro-batch-size that makes {saved['batchnorm_samples']} samples a "
+            "forward pass on this world size, or start over with --resume none; a model "
+            "trained with --no-sync-batchnorm continues on any world size with the same "
+            "--micro-batch-size"
+        )
     if "world_size" in differing:
         hint = (
             f"resume on {saved['world_size']} ranks, as many as wrote it, or start over with "

@@ -1,12 +1,14 @@
 """The strategy protocol: what the loop asks of DDP, DeepSpeed and FSDP.
 
 Every strategy averages gradients over the ranks, so with a fixed global batch the update
-is that of one process training on the whole global batch, whatever the strategy.
+is that of one process training on the whole global batch, whatever the strategy, the
+world size and the number of micro-batches each rank accumulates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ddpimg.errors import DdpimgError
@@ -81,8 +83,18 @@ class Strategy(Protocol):
         loop's schedule sets)."""
         ...
 
+    def micro_batch(self, last: bool) -> AbstractContextManager[None]:
+        """Around one micro-batch's forward and backward: before the step's ``last``
+        micro-batch (or its only one) the backward adds the gradients to those of the
+        earlier ones with nothing crossing the ranks (DDP's ``no_sync``, FSDP2's
+        ``set_requires_gradient_sync``, DeepSpeed's accumulation boundary); the last one's
+        averages the sums over the ranks."""
+        ...
+
     def backward(self, loss: torch.Tensor) -> None:
-        """Gradients of ``loss``, averaged over the ranks."""
+        """Gradients of ``loss`` (a micro-batch's share of the step's loss), added to those
+        of the step's earlier micro-batches and averaged over the ranks as ``micro_batch``
+        says."""
         ...
 
     def step(self) -> None:

@@ -7,6 +7,8 @@ may therefore use another world size, the global batch being the same."""
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,6 +38,7 @@ class DdpStrategy:
         self.ctx = ctx
         self.scaler = LossScaler.for_precision(config.precision, ctx.device, sharded=False)
         self._model: nn.Module | None = None
+        self._wrapped: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
     def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
@@ -45,6 +48,7 @@ class DdpStrategy:
             # With one rank DDP has nothing to average, but still copies every gradient
             # into its buckets, all-reduces them and divides: a cost with no effect
             # (`nox -s bench` measures it). The bare module trains identically.
+            self._wrapped = model
             return model
         # device_ids names the one GPU this process drives; it must stay None on the CPU and
         # for a module spread over several GPUs (the toy trainer's head and tail).
@@ -54,7 +58,18 @@ class DdpStrategy:
         device_ids = [self.ctx.device.index] if single_gpu else None
         # gradient_as_bucket_view: gradients live in the communication buckets, saving a copy
         # of every gradient and its memory; the update is the same either way.
-        return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        self._wrapped = DistributedDataParallel(
+            model, device_ids=device_ids, gradient_as_bucket_view=True
+        )
+        return self._wrapped
+
+    def micro_batch(self, last: bool) -> AbstractContextManager[None]:
+        wrapped_model = self._wrapped
+        if last or not isinstance(wrapped_model, DistributedDataParallel):
+            return contextlib.nullcontext()
+        # The forward too: DDP prepares its all-reduce there. The last micro-batch's
+        # backward all-reduces the accumulated buckets.
+        return wrapped_model.no_sync()
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.backward(loss)

@@ -13,8 +13,10 @@ the optimizer state partitioned by ZeRO rank), so a resume needs the same world 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +55,8 @@ def deepspeed_config(
     bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters)
     return {
         "train_batch_size": batch.global_size,
-        "train_micro_batch_size_per_gpu": batch.per_rank,
-        "gradient_accumulation_steps": 1,
+        "train_micro_batch_size_per_gpu": batch.micro,
+        "gradient_accumulation_steps": batch.accumulation,
         "zero_optimization": {
             "stage": zero_stage,
             "reduce_bucket_size": bucket,
@@ -176,10 +178,19 @@ class DeepSpeedStrategy:
         module: nn.Module = engine
         return module
 
+    def micro_batch(self, last: bool) -> AbstractContextManager[None]:
+        # The boundary is set, not counted: DeepSpeed's own micro-step counter would count
+        # from the checkpoint's micro-steps after a resume with another accumulation.
+        self.engine.set_gradient_accumulation_boundary(last)
+        return contextlib.nullcontext()
+
     def backward(self, loss: torch.Tensor) -> None:
-        self.engine.backward(loss)
+        # The loss is already the micro-batch's share of the step's (scale_wrt_gas: DeepSpeed
+        # would divide it by the accumulation steps again).
+        self.engine.backward(loss, scale_wrt_gas=False)
 
     def step(self) -> None:
+        """The update, after the last micro-batch's backward (the boundary is set)."""
         self.engine.step()
 
     def zero_grad(self) -> None:

@@ -24,6 +24,8 @@ the integration tests run it there.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -108,6 +110,17 @@ class FsdpStrategy:
         fully_shard(model, mesh=mesh, mp_policy=policy)
         self._model, self._optimizer = model, make_optimizer(model)
         return model
+
+    def micro_batch(self, last: bool) -> AbstractContextManager[None]:
+        from torch.distributed.fsdp import FSDPModule
+
+        model = self.model
+        if isinstance(model, FSDPModule):
+            # Before the last micro-batch the unsharded gradients accumulate on each rank
+            # (in float32 where the units compute in bf16: FSDP2 keeps them in the reduce
+            # dtype); its backward reduce-scatters their sum.
+            model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.backward(loss)

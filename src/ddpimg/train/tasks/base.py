@@ -100,6 +100,14 @@ class Task(Protocol):
         wrapped (or sharded) the model, with the module whose parameters are trained."""
         ...
 
+    def batchnorm_samples(self) -> int | None:
+        """How many samples the model's batch-statistics layers (BatchNorm) normalise over in
+        one forward pass, when it has any; None when it has none. A model without them
+        trains the same whatever the micro-batch (the loss and gradient are the mean over
+        the global batch); one with them trains on statistics of this many samples, so a
+        checkpoint continues only where this number stays (its fingerprint holds it)."""
+        ...
+
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         """Task-specific rates derived from the training throughput of the whole world
         (images/s, tokens/s, model-FLOPs utilisation), added to train lines and the summary;

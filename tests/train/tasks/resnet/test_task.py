@@ -79,6 +79,22 @@ def test_batchnorm_is_over_the_global_batch_unless_switched_off(
     assert task.batchnorm() == expected
 
 
+@pytest.mark.parametrize(
+    ("arch", "flag", "world_size", "expected"),
+    [
+        ("resnet18", None, 4, 4 * 8),  # synchronised: every rank's micro-batch
+        ("resnet18", False, 4, 8),  # per rank: its own micro-batch
+        ("resnet18", None, 1, 8),
+        ("vit_b_16", None, 4, None),  # LayerNorm: no statistics across samples
+    ],
+)
+def test_batchnorm_samples_are_a_forward_pass_of_the_statistics_group(
+    tmp_path: Path, arch: str, flag: bool | None, world_size: int, expected: int | None
+) -> None:
+    config = resnet(tmp_path, arch=arch, sync_batchnorm=flag, batch_size=32, micro_batch_size=8)
+    assert task_of(config, single_process("cpu", world_size)).batchnorm_samples() == expected
+
+
 @pytest.mark.parametrize(("batch", "lr"), [(32, 0.0125), (256, 0.1), (1024, 0.4)])
 def test_sgd_learning_rate_scales_with_the_global_batch(
     tmp_path: Path, batch: int, lr: float

@@ -188,6 +188,9 @@ class GptTask:
             fused=parameters[0].device.type == "cuda",
         )
 
+    def batchnorm_samples(self) -> None:
+        return None  # no BatchNorm
+
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         tokens_per_s = samples_per_s * self.seq_len
         rates: dict[str, float | None] = {"tokens_per_s": tokens_per_s}

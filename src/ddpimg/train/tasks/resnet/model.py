@@ -20,6 +20,7 @@ draws from the rank's stream; the loop notices that at the first step and warns.
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 import torch
@@ -62,6 +63,18 @@ def model_arguments(arch: str, image_size: int, num_classes: int) -> dict[str, A
     if arch in ("googlenet", "inception_v3"):
         arguments |= {"aux_logits": False, "init_weights": True}
     return arguments
+
+
+@functools.cache
+def has_batchnorm(arch: str, image_size: int) -> bool:
+    """Whether ``arch`` has BatchNorm layers (ResNets, EfficientNets; not ViTs, whose
+    LayerNorm takes no statistics across samples). Built on the meta device: no memory, no
+    initialisation."""
+    import torchvision
+
+    with torch.device("meta"):
+        model = torchvision.models.get_model(arch, **model_arguments(arch, image_size, 10))
+    return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
 def replace_random_layers(model: nn.Module, context: DropoutContext) -> nn.Module:

@@ -27,7 +27,7 @@ from torch import nn
 
 from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC, ResnetOptions
 from ddpimg.train.tasks.resnet.data import ImageData, load_images
-from ddpimg.train.tasks.resnet.model import build_classifier, check_arch
+from ddpimg.train.tasks.resnet.model import build_classifier, check_arch, has_batchnorm
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -87,6 +87,15 @@ class ResnetTask:
         if self.ctx.device.type != "cuda":
             return "global"
         return "sync" if self.ctx.world_size > 1 else "local"
+
+    def batchnorm_samples(self) -> int | None:
+        """Synchronised BatchNorm normalises over every rank's micro-batch of a forward
+        pass, per-rank BatchNorm (``--no-sync-batchnorm``) over this rank's: with gradient
+        accumulation that is less than the global batch, and it changes with the world
+        size (synchronised) or the micro-batch (either)."""
+        if not has_batchnorm(self.arch, self.image_size):
+            return None
+        return self.batch.micro if self.batchnorm() == "local" else self.batch.per_forward
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.float(), target, reduction="none")
