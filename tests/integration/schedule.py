@@ -37,6 +37,7 @@ FROM_THE_END_VARIABLE = "DDPIMG_INTEGRATION_FROM_THE_END"
 # here only loses its head start.
 LONGEST_FIRST = (
     "test_scripts.py",  # ~510 s: three script cells, their references, the trackers
+    "test_any_shape.py",  # ~400 s (estimate): three phases of 12 cells
     "test_preemption.py",  # ~250 s
     "test_trackers.py",  # ~240 s
     "test_tutorial_launchers.py",  # ~230 s: eight launch lines, one under DeepSpeed's launcher
@@ -46,7 +47,6 @@ LONGEST_FIRST = (
     "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
     "test_token_shards.py",  # ~125 s
     "test_lightning.py",  # ~120 s
-    "test_resume_world_size.py",  # ~115 s
     "test_transformers.py",  # ~110 s
     "test_crafted_checkpoints.py",  # ~110 s
     "test_chaos.py",  # ~105 s

@@ -91,7 +91,7 @@ def test_deepspeed_launcher_with_a_deepspeed_config(
     port = free_port()
     launcher = [command("deepspeed"), "--num_gpus", "2", "--master_port", str(port)]
     cmd = [*launcher, command("train"), *script(text, tmp_path / "out")]
-    run([*cmd, "--deepspeed", str(config)], deepspeed_env, timeout=600)
+    run([*cmd, "--deepspeed", str(config), "--save-steps", "4"], deepspeed_env, timeout=600)
     found = reports(tmp_path / "out", deepspeed=True)
     # ZeRO-1 over the same global batch: DDP's trajectory.
     assert_within(found[0]["losses"], torchrun_losses, SAME_SUMS, "ZeRO-1 vs DDP")
@@ -99,3 +99,23 @@ def test_deepspeed_launcher_with_a_deepspeed_config(
     # (ddpimg.runtime.deepspeed_shm, released as the script ends).
     left = sorted(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
     assert not left, f"left in /dev/shm: {[path.name for path in left]}"
+
+    # The Trainer's ZeRO-1 checkpoint of 2 ranks, resumed on 1: DeepSpeed refuses it, and
+    # the script stops with ddpimg's one line naming both world sizes, not DeepSpeed's
+    # traceback (ddpimg.script.library_errors).
+    checkpoint = tmp_path / "out" / "trainer" / "checkpoint-4"
+    resume = [*script(text, tmp_path / "resumed"), "--deepspeed", str(config), "--steps", "6"]
+    again = run(
+        [command("train"), *resume, "--resume", str(checkpoint)],
+        deepspeed_env, timeout=600, check=False,
+    )  # fmt: skip
+    assert again.returncode == 2, again.stderr[-3000:]
+    errors = [line for line in again.stderr.splitlines() if line.startswith("ddpimg: error:")]
+    assert errors == [
+        "ddpimg: error: the DeepSpeed checkpoint this script resumes was written by 2 ranks "
+        "and this run has 1: DeepSpeed does not repartition a ZeRO checkpoint's optimizer "
+        "state on load"
+    ]
+    assert "hint: resume on 2 ranks, as many as wrote it" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert "ZeRORuntimeException" not in again.stderr

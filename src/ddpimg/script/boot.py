@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
 from ddpimg.runtime.deepspeed_shm import release_buffers
+from ddpimg.script import library_errors
 from ddpimg.script.options import ScriptOptions
 from ddpimg.script.runtime import ScriptPreempted, ScriptRuntime, activate
 
@@ -359,6 +360,7 @@ class Boot:
                 _finish_lost(runtime.record, lost)
             self._stop_watch(runtime)
             return exitcodes.RANK_LOST
+        err = library_errors.explained(err) or err
         if isinstance(err, DdpimgError):
             report(err)
         else:

@@ -67,10 +67,7 @@ def run_training(
     recorder: RunRecorder | None = None
     try:
         with _watching(watch):
-            resume = resolve_resume(
-                config, ctx, batch, sys.stderr,
-                reshards=strategy.reshards_on_load, batchnorm_samples=task.batchnorm_samples(),
-            )  # fmt: skip
+            resume = resolve_resume(config, ctx, batch, sys.stderr, task.batchnorm_samples())
             if ctx.is_main:
                 recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr, resume)
                 if watch is not None:

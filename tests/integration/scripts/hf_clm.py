@@ -65,6 +65,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--deepspeed")
+    # run_clm.py's TrainingArguments: --save_steps and --resume_from_checkpoint.
+    parser.add_argument("--save-steps", type=int, default=0)
+    parser.add_argument("--resume")
     # DeepSpeed's launcher passes --local_rank=N to the script.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
     args = parser.parse_args()
@@ -88,7 +91,8 @@ def main() -> None:
         max_steps=args.steps,
         learning_rate=1e-3,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
         report_to="none",
         use_cpu=not torch.cuda.is_available(),
         ddp_backend=None if torch.cuda.is_available() else "gloo",
@@ -103,7 +107,7 @@ def main() -> None:
         data_collator=default_data_collator,
         callbacks=[losses],
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=args.resume)
     checksum = sum(float(p.detach().double().sum()) for p in trainer.model.parameters())
     report = {
         "rank": int(os.environ.get("RANK", "0")),

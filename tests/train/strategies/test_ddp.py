@@ -60,7 +60,7 @@ def test_save_and_load_restore_model_and_optimizer(ctx: DistContext, tmp_path: P
     saved.save(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
     loaded, loaded_wrapped, loaded_model = trained_linear(ctx, 3)
-    loaded.load(tmp_path)
+    loaded.load(tmp_path, 1)
     assert torch.equal(loaded_model.weight, saved_model.weight)
     # The next step is the saved run's: Adam's moments and step count came back too.
     for strategy, wrapped in ((saved, saved_wrapped), (loaded, loaded_wrapped)):
@@ -75,7 +75,7 @@ def test_loading_another_model_is_named(ctx: DistContext, tmp_path: Path) -> Non
     saved.save(tmp_path)
     other, _, _ = trained_linear(ctx, 5)
     with pytest.raises(DdpimgError, match=rf"checkpoint {tmp_path}/model.pt does not fit this"):
-        other.load(tmp_path)
+        other.load(tmp_path, 1)
 
 
 def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_fp16_saves_and_restores_the_loss_scale(ctx: DistContext, tmp_path: Path
     restored_model = nn.Linear(3, 2)
     restored = STRATEGIES["ddp"].factory(config, ctx, BatchLayout.of(config, 1))
     restored.wrap(restored_model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
-    restored.load(tmp_path)
+    restored.load(tmp_path, 1)
     assert isinstance(restored, DdpStrategy)
     assert restored.scaler.state_dict()["scale"] == 2.0**15
 

@@ -152,7 +152,7 @@ def test_checkpoint_round_trip(ctx: DistContext, tmp_path: Path) -> None:
 
     # A fresh model and optimizer, loaded, take the same next step.
     other, other_model = wrapped_gpt(ctx, tmp_path)
-    other.load(saved)
+    other.load(saved, 1)
     assert other.optimizer.param_groups[0]["lr"] == 0.0005
     loaded = [p.detach().full_tensor() for p in other_model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(loaded, expected, strict=True))
@@ -171,7 +171,7 @@ def test_a_checkpoint_of_another_model_is_an_error(ctx: DistContext, tmp_path: P
     other = FsdpStrategy(TrainConfig(strategy="fsdp", out=tmp_path), ctx)
     other.wrap(mnist, lambda m: torch.optim.Adadelta(m.parameters()))
     with pytest.raises(DdpimgError, match=rf"checkpoint {saved} does not fit this model and "):
-        other.load(saved)
+        other.load(saved, 1)
 
 
 def test_bf16_computes_in_bf16(ctx: DistContext, tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_fp16_computes_in_fp16_and_saves_the_loss_scale(ctx: DistContext, tmp_pa
     other_model = nn.Sequential(nn.Linear(4, 4))
     other = FsdpStrategy(config, ctx)
     other.wrap(other_model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
-    other.load(saved)
+    other.load(saved, 1)
     assert other.scaler.state_dict()["scale"] == strategy.scaler.state_dict()["scale"] == 2.0**15
 
 

@@ -163,19 +163,16 @@ def resolve_resume(
     ctx: DistContext,
     batch: BatchLayout,
     stream: TextIO,
-    *,
-    reshards: bool,
     batchnorm_samples: int | None,
 ) -> Resume | None:
     """The checkpoint every rank continues from, or None for a new run of ``batch``
-    (``reshards``: whether the strategy loads at another world size; ``batchnorm_samples``:
-    ``Task.batchnorm_samples``, for the fingerprint). Collective: rank 0
+    (``batchnorm_samples``: ``Task.batchnorm_samples``, for the fingerprint). Collective: rank 0
     chooses (``choose_checkpoint``) and broadcasts its choice or its error; then every rank
     must see the same ``--out`` (``check_shared``): checkpoints are written and read by all
     ranks."""
     import torch.distributed as dist
 
-    current = fingerprint(config, batch, reshards=reshards, batchnorm_samples=batchnorm_samples)
+    current = fingerprint(config, batch, batchnorm_samples)
     root = config.out / CHECKPOINTS
     probe = root / f".probe-{secrets.token_hex(8)}"
     outcome: list[object] = [None]

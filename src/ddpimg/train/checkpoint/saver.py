@@ -130,10 +130,10 @@ class Checkpointer:
     def restore(self, resume: Resume | None) -> LoopState:
         """Load ``resume`` into the wrapped model, optimizer and scheduler and this
         process's RNGs; returns where the loop continues (the start for None). With another
-        world size (strategies that reshard), every rank takes rank 0's RNG states."""
+        world size, every rank takes rank 0's RNG states."""
         if resume is None:
             return LoopState()
-        self.strategy.load(resume.path / self.strategy.name)
+        self.strategy.load(resume.path / self.strategy.name, resume.record.world_size)
         self.scheduler.load_state_dict(load_tensors(resume.path / LOOP_PT)["scheduler"])
         # A run resumed at the end of an epoch steps the scheduler before any optimizer step
         # of this process, rightly (those steps were taken before the checkpoint); torch
@@ -193,12 +193,7 @@ class Checkpointer:
                 world_size=self.batch.world_size,
                 global_batch=self.batch.global_size,
                 strategy=self.strategy.name,
-                fingerprint=fingerprint(
-                    self.config,
-                    self.batch,
-                    reshards=self.strategy.reshards_on_load,
-                    batchnorm_samples=self.batchnorm_samples,
-                ),
+                fingerprint=fingerprint(self.config, self.batch, self.batchnorm_samples),
                 metrics_lines=self.recorder.sync_metrics() if self.recorder else 0,
                 reason=reason,
                 saved_utc=utc_now(),

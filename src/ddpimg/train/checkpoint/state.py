@@ -139,23 +139,21 @@ class CheckpointRecord:
 
 
 def fingerprint(
-    config: TrainConfig, batch: BatchLayout, *, reshards: bool, batchnorm_samples: int | None
+    config: TrainConfig, batch: BatchLayout, batchnorm_samples: int | None
 ) -> dict[str, Any]:
     """The options that decide the loss trajectory, as JSON values (the batch options as
-    ``batch``'s global size); with a strategy that cannot reshard its state, the world size
-    too; with a model that has BatchNorm, the samples it normalises over in one forward pass
+    ``batch``'s global size; no world size: every strategy continues on any); with a model
+    that has BatchNorm, the samples it normalises over in one forward pass
     (``Task.batchnorm_samples``)."""
     values = {k: v for k, v in arguments_json(config).items() if k not in FREE_TO_CHANGE}
     values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
     values["global_batch"] = batch.global_size
     if batchnorm_samples is not None:
         values["batchnorm_samples"] = batchnorm_samples
-    if not reshards:
-        values["world_size"] = batch.world_size
     return values
 
 
-def _describe(key: str, saved: dict[str, Any]) -> str:
+def _describe(key: str) -> str:
     if key == "trainer":
         return "the trainer"
     if key == "global_batch":
@@ -164,11 +162,6 @@ def _describe(key: str, saved: dict[str, Any]) -> str:
         return (
             "the samples BatchNorm normalises over in one forward pass (--micro-batch-size "
             "x world size; --micro-batch-size alone with --no-sync-batchnorm)"
-        )
-    if key == "world_size":
-        return (
-            f"the world size ({saved.get('strategy', 'this strategy')} checkpoints are "
-            "partitioned by rank and load only at the world size that wrote them: no resharding)"
         )
     return "--" + key.replace("_", "-")
 
@@ -180,7 +173,7 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path
     if not differing:
         return
     differences = [
-        f"{_describe(key, saved)}: {saved[key]!r} in the checkpoint, {current[key]!r} now"
+        f"{_describe(key)}: {saved[key]!r} in the checkpoint, {current[key]!r} now"
         for key in differing
     ]
     hint = (
@@ -193,12 +186,6 @@ def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path
             "forward pass on this world size, or start over with --resume none; a model "
             "trained with --no-sync-batchnorm continues on any world size with the same "
             "--micro-batch-size"
-        )
-    if "world_size" in differing:
-        hint = (
-            f"resume on {saved['world_size']} ranks, as many as wrote it, or start over with "
-            "--resume none; DDP and FSDP checkpoints continue on any number of ranks with the "
-            "same --global-batch-size"
         )
     raise DdpimgError(
         f"checkpoint {path} belongs to another configuration; " + "; ".join(differences),

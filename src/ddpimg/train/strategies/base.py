@@ -65,10 +65,6 @@ class Strategy(Protocol):
     """Wraps a model and its optimizer; train/eval mode is set on the returned model."""
 
     name: str
-    #: True when ``load`` accepts what ``save`` wrote with another world size (the global
-    #: batch being the same): the saved state is replicated (DDP) or resharded on load
-    #: (torch.distributed.checkpoint). False makes a resume with another world size an error.
-    reshards_on_load: bool
 
     def wrap(self, model: nn.Module, make_optimizer: OptimizerFactory) -> nn.Module:
         """Take over ``model`` (already on the device) and build its optimizer with
@@ -120,8 +116,9 @@ class Strategy(Protocol):
         """
         ...
 
-    def load(self, directory: Path) -> None:
-        """Restore the model and optimizer state that ``save`` wrote into ``directory``.
+    def load(self, directory: Path, world_size: int) -> None:
+        """Restore the model and optimizer state that ``save`` wrote into ``directory``, on
+        ``world_size`` ranks: this run's or another (each rank then takes its own part).
 
         Called after ``wrap`` and before the first step, on every rank (collective), with a
         directory whose checksums were verified. Afterwards the next ``step`` must do

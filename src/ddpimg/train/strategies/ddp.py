@@ -32,7 +32,6 @@ STATE_FILE = "model.pt"
 
 class DdpStrategy:
     name = "ddp"
-    reshards_on_load = True
 
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.ctx = ctx
@@ -87,7 +86,8 @@ class DdpStrategy:
                 state["scaler"] = self.scaler.state_dict()
             torch.save(state, directory / STATE_FILE)
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, world_size: int) -> None:
+        # Every rank's state is the whole state: the same on any world size.
         path = directory / STATE_FILE
         # The unwrapped module's parameters sit on the devices the task put them on (two
         # for the toy trainer): loading copies into them, wherever they are.

@@ -8,13 +8,16 @@ rate schedule is stepped by the loop, exactly as with DDP; DeepSpeed averages th
 over the data-parallel ranks, as DDP does, so both strategies follow the same trajectory.
 
 Checkpoints are DeepSpeed's own (``engine.save_checkpoint`` on every rank: the module, and
-the optimizer state partitioned by ZeRO rank), so a resume needs the same world size.
+the optimizer state partitioned by ZeRO rank), loaded by DeepSpeed on the same world size;
+on another, rank 0 converts them once into ddpimg's universal form (``deepspeed_universal``)
+and every rank loads its partition of that (``deepspeed_load``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import SimpleNamespace
@@ -105,7 +108,6 @@ def inputs_cast_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple[Any, ...]],
 
 class DeepSpeedStrategy:
     name = "deepspeed"
-    reshards_on_load = False
 
     def __init__(self, config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> None:
         self.ctx = ctx
@@ -200,7 +202,13 @@ class DeepSpeedStrategy:
         # No 'latest' file: the checkpoint module decides which checkpoint is the latest.
         self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False)
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, world_size: int) -> None:
+        """DeepSpeed's own load on the world size that wrote the checkpoint (exact), and
+        with ZeRO-0, whose files hold everything unpartitioned; through the universal form
+        (``deepspeed_universal``) on any other."""
+        if world_size != self.ctx.world_size and self.zero_stage > 0:
+            self._load_universal(directory, world_size)
+            return
         # The learning-rate schedule is the loop's, restored by the checkpoint module.
         try:
             loaded, _ = self.engine.load_checkpoint(
@@ -218,6 +226,34 @@ class DeepSpeedStrategy:
                 f"{CHECKPOINT_TAG!r} in it",
                 hint="resume from a checkpoint written with --strategy deepspeed, or --resume none",
             )
+
+    def _load_universal(self, directory: Path, world_size: int) -> None:
+        """Rank 0 converts the checkpoint (once: kept beside it) and tells every rank how
+        that went; then every rank loads its own partition of it."""
+        import torch.distributed as dist
+
+        from ddpimg.train.strategies import deepspeed_universal
+        from ddpimg.train.strategies.deepspeed_load import load_universal
+
+        outcome: list[object] = [None]
+        if self.ctx.is_main:
+            print(
+                f"ddpimg: resuming DeepSpeed ZeRO-{self.zero_stage} on {self.ctx.world_size} "
+                f"ranks from a checkpoint of {world_size}: through its universal form in "
+                f"{directory / deepspeed_universal.UNIVERSAL}",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                deepspeed_universal.make_universal(directory, CHECKPOINT_TAG)
+            except DdpimgError as err:
+                outcome = [(err.message, err.hint)]
+        dist.broadcast_object_list(outcome, src=0)
+        failure = outcome[0]
+        if isinstance(failure, tuple):
+            raise DdpimgError(str(failure[0]), hint=str(failure[1]))
+        universal = deepspeed_universal.read(directory / deepspeed_universal.UNIVERSAL)
+        load_universal(self.engine, universal, directory, self.ctx.rank)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:

@@ -76,7 +76,6 @@ def batch_norms(model: nn.Module) -> list[nn.Module]:
 
 class FsdpStrategy:
     name = "fsdp"
-    reshards_on_load = True
 
     def __init__(self, config: TrainConfig, ctx: DistContext) -> None:
         self.ctx = ctx
@@ -141,7 +140,8 @@ class FsdpStrategy:
             state[SCALER_KEY] = self.scaler.state_dict()
         save(state, checkpoint_id=str(directory))
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, world_size: int) -> None:
+        # DCP reshards on load: the same call on any world size.
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

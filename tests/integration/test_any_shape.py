@@ -1,0 +1,235 @@
+"""One trajectory on any cluster shape (DESIGN.md): a run is its global batch, seed and data
+order; the world size, the micro-batch and the strategy only decide how a step is computed.
+
+Every cell (a trainer and a strategy) trains with micro-batches of m = global batch / 2, in
+three phases, each one spawned gloo group training every cell in turn (three interpreter
+starts for the lot):
+
+1. two ranks, one micro-batch each a step: to step BEFORE, checkpointing there;
+2. one rank, two micro-batches a step (gradient accumulation): on from phase 1's checkpoint
+   to step AFTER (resumed on fewer ranks), and from scratch to AFTER (straight),
+   checkpointing at BEFORE; per trainer once more, straight, with one intra-op thread
+   instead of two: the noise floor;
+3. two ranks again, for the GROWN cells: on from phase 2's straight checkpoint to AFTER
+   (resumed on more ranks).
+
+Claims, each compared with the straight run of phase 2:
+- steps 1..BEFORE of phase 1: two ranks of m are one rank accumulating two micro-batches of
+  m, for DDP, FSDP and DeepSpeed ZeRO-1/2/3;
+- steps BEFORE+1..AFTER of phases 2 and 3: a checkpoint continues on half or twice its
+  world size with the straight run's losses, every strategy; DeepSpeed's through ddpimg's
+  universal form, made beside the checkpoint (its files are checked here too).
+
+Tolerance: the floor is measured in this test (phase 2: one intra-op thread against two, the
+largest difference at steps 1-2, never under one rounding step of the dtype trained in);
+the multiple, per trainer, is how far rounding grows over the steps compared (``python -m
+tests.noise``, AMD EPYC, 2026-11-25: the reordering variants and 2 ranks parted from one
+process by at most mnist 285x the floor (oneDNN at SSE4.1; under 0.32x otherwise), toy
+0.72x, gpt 0.15x; resnet, from scratch, grows about 30x a step in float32, so its cells
+train in float64 (torch's default dtype, in every phase), where 1 and 2 threads gave
+bitwise the same 6 steps and its variants parted by up to 3.2e4x their floor by step 6;
+each multiple is 10x the most seen, rounded up). DeepSpeed keeps float32 master weights
+whatever the model's dtype, so its resnet cell trains in float32 at a learning rate of
+1e-3, where rounding grows as gpt's does (measured the same way: at most 0.4x the floor
+over the 6 steps; multiple 10). The resnet cells normalise per rank (``--no-sync-batchnorm``):
+their BatchNorm then takes statistics of m samples in every phase; synchronised it would
+take 2m on two ranks and m on one, which the fingerprint refuses (tests/train/checkpoint).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddpimg.cli import build_parser
+from ddpimg.cli.train_options import train_config
+from ddpimg.runtime.context import DistContext
+from ddpimg.runtime.device import rank_cpu_share
+from ddpimg.train import run_training
+from ddpimg.train.checkpoint.files import checkpoint_name
+from ddpimg.train.strategies.deepspeed_universal import UNIVERSAL, read
+from tests.integration.runs import read_metrics
+from tests.integration.test_trainers import COMMON, TRAINERS
+from tests.noise import FLOAT32_STEP, FLOAT64_STEP, Tolerance, assert_within, floor_between
+from tests.train.ranks import run_ranks
+
+STRATEGIES = {
+    "ddp": ["--strategy", "ddp"],
+    "fsdp": ["--strategy", "fsdp"],
+    "zero1": ["--strategy", "deepspeed", "--zero-stage", "1"],
+    "zero2": ["--strategy", "deepspeed", "--zero-stage", "2"],
+    "zero3": ["--strategy", "deepspeed", "--zero-stage", "3"],
+}
+# Every trainer under DDP and FSDP; each ZeRO stage with a trainer whose optimizer keeps
+# other state (mnist: Adadelta; gpt: AdamW; resnet: SGD with momentum, and BatchNorm buffers).
+CELLS = [(t, s) for t in TRAINERS for s in ("ddp", "fsdp")] + [
+    ("mnist", "zero1"),
+    ("gpt", "zero2"),
+    ("gpt", "zero3"),
+    ("resnet", "zero3"),
+]
+GROWN = [("gpt", "ddp"), ("gpt", "fsdp"), ("gpt", "zero2"), ("resnet", "zero3")]
+BEFORE, AFTER = 3, 6
+# The cells trained in float64 (the module's docstring), and the extra flags of some.
+FLOAT64 = {("resnet", "ddp"), ("resnet", "fsdp")}
+EXTRA = {("resnet", "zero3"): ["--lr", "0.001"]}
+# Growth of rounding over the steps compared, per trainer (the module's docstring).
+MULTIPLES = {"mnist": 5000, "toy": 10, "gpt": 10, "resnet": 500_000}
+# The cell whose straight run is repeated with one thread, per configuration of rounding (a
+# trainer and its dtype): the floor of every cell of that configuration.
+MEASURED = {
+    "mnist": ("mnist", "ddp"),
+    "toy": ("toy", "ddp"),
+    "gpt": ("gpt", "ddp"),
+    "resnet": ("resnet", "ddp"),
+    "resnet, float32": ("resnet", "zero3"),
+}
+
+
+def _configuration(trainer: str, strategy: str) -> str:
+    float32_resnet = trainer == "resnet" and (trainer, strategy) not in FLOAT64
+    return "resnet, float32" if float32_resnet else trainer
+
+
+# A hang guard on each phase: 5x the ~360 s the longest (phase 2) took on a busy 2-core AMD
+# EPYC.
+PHASE_GUARD_S = 1800.0
+
+
+def _name(trainer: str, strategy: str) -> str:
+    return f"{trainer}-{strategy}"
+
+
+def _argv(trainer: str, strategy: str, out: Path, steps: int, *extra: str) -> list[str]:
+    micro = int(TRAINERS[trainer][TRAINERS[trainer].index("--global-batch-size") + 1]) // 2
+    batchnorm = ["--no-sync-batchnorm"] if trainer == "resnet" else []
+    return [
+        "train", trainer, *TRAINERS[trainer], *COMMON, *STRATEGIES[strategy], *batchnorm,
+        *EXTRA.get((trainer, strategy), []), "--micro-batch-size", str(micro),
+        "--max-steps", str(steps), "--checkpoint-every", str(BEFORE), "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _train(ctx: DistContext, trainer: str, strategy: str, argv: list[str]) -> None:
+    float64 = (trainer, strategy) in FLOAT64
+    torch.set_default_dtype(torch.float64 if float64 else torch.float32)
+    try:
+        config = train_config(build_parser("train").parse_args(argv))
+        assert run_training(config, ctx) == 0
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def _phase(rank: int, world_size: int, root: str, phase: int) -> None:
+    """Every cell of ``phase`` on this rank (the module's docstring)."""
+    ctx = DistContext(
+        rank=rank, world_size=world_size, local_rank=rank, local_world_size=world_size,
+        node_rank=0, num_nodes=1, device=torch.device("cpu"), backend="gloo",
+        timeout_s=300.0, cpu_share=rank_cpu_share(world_size, rank_is_task=False),
+        cpu_threads_from_share=False, run_info={"source": "test"},
+    )  # fmt: skip
+    # DeepSpeed reads the local rank from the environment (train exports it).
+    os.environ["LOCAL_RANK"] = str(rank)
+    work = Path(root)
+    for trainer, strategy in CELLS:
+        name = _name(trainer, strategy)
+        if phase == 1:
+            _train(ctx, trainer, strategy, _argv(trainer, strategy, work / name, BEFORE))
+        elif phase == 2:
+            source = work / name / "checkpoints" / checkpoint_name(BEFORE)
+            resumed = _argv(trainer, strategy, work / f"{name}-fewer", AFTER)
+            _train(ctx, trainer, strategy, [*resumed, "--resume", str(source)])
+            straight = _argv(trainer, strategy, work / f"{name}-straight", AFTER)
+            _train(ctx, trainer, strategy, straight)
+            if (trainer, strategy) in MEASURED.values():
+                threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+                try:
+                    out = work / f"{name}-one-thread"
+                    _train(ctx, trainer, strategy, _argv(trainer, strategy, out, AFTER))
+                finally:
+                    torch.set_num_threads(threads)
+        elif (trainer, strategy) in GROWN:
+            source = work / f"{name}-straight" / "checkpoints" / checkpoint_name(BEFORE)
+            grown = _argv(trainer, strategy, work / f"{name}-more", AFTER)
+            _train(ctx, trainer, strategy, [*grown, "--resume", str(source)])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("any-shape")
+    for phase, world_size in ((1, 2), (2, 1), (3, 2)):
+        work = functools.partial(_phase, world_size=world_size, root=str(root), phase=phase)
+        run_ranks(work, world_size, timeout_s=PHASE_GUARD_S)
+    return root
+
+
+def _losses(out: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in read_metrics(out) if m["kind"] == "train"}
+
+
+def _tolerance(runs: Path, trainer: str, strategy: str, steps: int) -> Tolerance:
+    """The floor measured in phase 2 for the cell's configuration (its MEASURED cell's
+    straight run with 1 and 2 threads), times the trainer's multiple."""
+    measured = _name(*MEASURED[_configuration(trainer, strategy)])
+    two = list(_losses(runs / f"{measured}-straight").values())
+    one = list(_losses(runs / f"{measured}-one-thread").values())
+    float64 = (trainer, strategy) in FLOAT64
+    floor = floor_between(two, one, FLOAT64_STEP if float64 else FLOAT32_STEP)
+    multiple = 10 if (trainer, strategy) in EXTRA else MULTIPLES[trainer]
+    return Tolerance(floor=floor, multiple=multiple, steps=steps)
+
+
+IDS = [_name(t, s) for t, s in CELLS]
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(("trainer", "strategy"), CELLS, ids=IDS)
+def test_two_ranks_are_one_rank_accumulating(runs: Path, trainer: str, strategy: str) -> None:
+    name = _name(trainer, strategy)
+    two_ranks, straight = _losses(runs / name), _losses(runs / f"{name}-straight")
+    assert list(two_ranks) == list(range(1, BEFORE + 1))
+    summary = next(m for m in read_metrics(runs / f"{name}-straight") if m["kind"] == "summary")
+    assert (summary["world_size"], summary["accumulation_steps"]) == (1, 2)
+    expected = [straight[step] for step in two_ranks]
+    tolerance = _tolerance(runs, trainer, strategy, BEFORE)
+    what = f"{name}: 2 ranks x 1 micro-batch vs 1 rank x 2 micro-batches"
+    assert_within(list(two_ranks.values()), expected, tolerance, what)
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(("trainer", "strategy"), CELLS, ids=IDS)
+def test_two_ranks_then_one_follow_the_straight_run(
+    runs: Path, trainer: str, strategy: str
+) -> None:
+    _assert_continues(runs, trainer, strategy, "fewer", world_size=1)
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize(("trainer", "strategy"), GROWN, ids=[_name(*c) for c in GROWN])
+def test_one_rank_then_two_follow_the_straight_run(runs: Path, trainer: str, strategy: str) -> None:
+    _assert_continues(runs, trainer, strategy, "more", world_size=2)
+
+
+def _assert_continues(runs: Path, trainer: str, strategy: str, how: str, world_size: int) -> None:
+    name = _name(trainer, strategy)
+    resumed, straight = _losses(runs / f"{name}-{how}"), _losses(runs / f"{name}-straight")
+    # --resume PATH from another --out: the metrics start after the checkpoint.
+    assert list(resumed) == list(range(BEFORE + 1, AFTER + 1))
+    summary = next(m for m in read_metrics(runs / f"{name}-{how}") if m["kind"] == "summary")
+    assert summary["world_size"] == world_size
+    expected = [straight[step] for step in resumed]
+    tolerance = _tolerance(runs, trainer, strategy, AFTER - BEFORE)
+    what = f"{name}: resumed on {world_size} rank(s) at step {BEFORE} vs straight"
+    assert_within(list(resumed.values()), expected, tolerance, what)
+    if strategy.startswith("zero"):
+        # The universal form was made beside the checkpoint it continued from.
+        source, source_world = (f"{name}-straight", 1) if how == "more" else (name, 2)
+        checkpoint = runs / source / "checkpoints" / checkpoint_name(BEFORE) / "deepspeed"
+        universal = read(checkpoint / UNIVERSAL)
+        assert universal.source_world_size == source_world
+        assert universal.counters["global_steps"] == BEFORE
