@@ -33,7 +33,12 @@ from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
 @pytest.mark.parametrize(
     ("precision", "stage", "parameters", "bucket"),
-    [("fp32", 0, 1_199_882, 1_199_882), ("bf16", 3, 10**10, 500_000_000)],
+    [
+        ("fp32", 0, 1_199_882, 1_199_882),
+        ("bf16", 3, 10**10, 500_000_000),
+        # ZeRO-1/2 refuse a bucket that is not a multiple of 2 elements.
+        ("fp32", 2, 77, 78),
+    ],
 )
 def test_config_follows_the_flags(precision: str, stage: int, parameters: int, bucket: int) -> None:
     config = deepspeed_config(BatchLayout(16, 4), stage, precision, parameters)
@@ -50,6 +55,12 @@ def test_config_follows_the_flags(precision: str, stage: int, parameters: int, b
     assert config.get("data_types") == ({"buffer_dtype": "bf16"} if precision == "bf16" else None)
     # DeepSpeed would otherwise clip to 1.0 and leave DDP's trajectory.
     assert config["gradient_clipping"] == 0.0
+
+
+def test_accumulation_is_deepspeeds_own() -> None:
+    config = deepspeed_config(BatchLayout(64, 2, 8), 2, "fp32", 1000)
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"]) == (128, 8)
+    assert config["gradient_accumulation_steps"] == 8
 
 
 def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:

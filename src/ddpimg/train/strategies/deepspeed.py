@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 
 # The checkpoint's tag: DeepSpeed writes into <directory>/<tag>/.
 CHECKPOINT_TAG = "engine"
-# DeepSpeed's own ZeRO bucket size, in elements.
+# DeepSpeed's own ZeRO bucket size, in elements, and what ZeRO-1/2 want it a multiple of
+# (their nccl_start_alignment_factor).
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
+BUCKET_ALIGNMENT = 2
 
 
 def deepspeed_config(
@@ -54,8 +56,11 @@ def deepspeed_config(
 ) -> dict[str, Any]:
     """The DeepSpeed config dict for these flags and a model of ``num_parameters``."""
     # ZeRO-1/2 allocate a whole bucket every step, and deterministic mode fills new memory,
-    # so a bucket far larger than the model costs seconds per step on the CPU.
-    bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters)
+    # so a bucket far larger than the model costs seconds per step on the CPU. ZeRO-1/2
+    # also want it a multiple of their start alignment (2 elements: an odd model size
+    # failed their initialisation with "allgather_bucket_size must be a multiple of
+    # nccl_start_alignment_factor").
+    bucket = min(DEFAULT_BUCKET_ELEMENTS, num_parameters + num_parameters % BUCKET_ALIGNMENT)
     return {
         "train_batch_size": batch.global_size,
         "train_micro_batch_size_per_gpu": batch.micro,

@@ -54,6 +54,12 @@ def load_universal(engine: Any, universal: Universal, checkpoint: Path, rank: in
         # The master weights last: they stay where they belong.
         _laid_out(params, universal.fp32, flats, write)
         base.load_state_dict(_optimizer_state(base, universal, per_element))
+    relink = getattr(engine.optimizer, "_link_all_hp_params", None)
+    if relink is not None:
+        # ZeRO-1/2 point each parameter at its fragments of the optimizer state, made when
+        # the state was empty; DeepSpeed's own load ends the same way, so that its fragment
+        # API (safe_get_full_optimizer_state) reads the state loaded here.
+        relink()
     for counter, value in universal.counters.items():
         setattr(engine, counter, value)
     scaler = getattr(engine.optimizer, "loss_scaler", None)
