@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ddpimg.cli import build_parser
-from ddpimg.jobs import ERROR, JobError, check_job, render_script
+from ddpimg.jobs import ERROR, WARNING, JobError, check_job, render_script
 from ddpimg.jobs.job_file import load_job_file
 from ddpimg.jobs.noderange import check_node_range, parse_nodes
 from ddpimg.jobs.resolve import resolve_job
@@ -95,10 +95,10 @@ def test_a_fitting_range_has_no_findings() -> None:
             "e.g. 24, or a narrower range",
         ),
         (
-            (*RANGED, "--strategy", "deepspeed"),
-            "--nodes 2-4 with --strategy deepspeed: DeepSpeed checkpoints are partitioned by "
-            "rank, so a job requeued on fewer nodes could not resume",
-            "--nodes 4 (no range), or --strategy ddp or fsdp",
+            (*RANGED, "--micro-batch-size", "32"),
+            "--nodes 2-4: --global-batch-size 384 is not divisible by the ranks x "
+            "--micro-batch-size 32 of 4 nodes (256)",
+            "e.g. 768, or a narrower range",
         ),
     ],
 )
@@ -110,6 +110,29 @@ def test_a_range_the_training_cannot_follow_is_an_error(
     assert found[0].level == ERROR
     assert found[0].message.startswith(message)
     assert hint in (found[0].hint or "")
+
+
+def test_every_strategy_and_accumulation_follow_a_range() -> None:
+    """DeepSpeed's checkpoints continue on another world size too; micro-batches that divide
+    every rank count's share keep the global batch."""
+    for command in (
+        (*RANGED, "--strategy", "deepspeed", "--zero-stage", "3"),
+        (*RANGED, "--micro-batch-size", "16"),  # 384 = 4, 6 and 8 ranks x 16 x 6, 4 and 3
+        ("train", "resnet", "--global-batch-size", "384", "--micro-batch-size", "16",
+         "--no-sync-batchnorm"),
+    ):  # fmt: skip
+        assert check_node_range(spec_for("della", nodes=4, min_nodes=2, command=command)) == []
+
+
+def test_synchronised_batchnorm_over_micro_batches_is_a_warning() -> None:
+    command = ("train", "resnet", "--global-batch-size", "384", "--micro-batch-size", "16")
+    found = check_node_range(spec_for("della", nodes=4, min_nodes=2, command=command))
+    assert [f.level for f in found] == [WARNING]
+    assert found[0].message.startswith(
+        "--nodes 2-4: train resnet with --micro-batch-size 16 and synchronised BatchNorm "
+        "normalises over 16 x the ranks' samples, which changes with the nodes"
+    )
+    assert found[0].hint.startswith("add --no-sync-batchnorm")
 
 
 def test_no_range_no_check() -> None:

@@ -2,11 +2,13 @@
 job requeued after it lost a node can start again on the nodes that are left.
 
 The script's training step then uses the nodes it got (``srun --nodes=$SLURM_JOB_NUM_NODES``)
-and ``train --resume auto`` continues from the last checkpoint on that many. That keeps the
-loss trajectory only when the global batch stays the same on every node count in the range
-(``train --global-batch-size G``, divisible by the ranks of each) and the strategy can load
-its checkpoints at another world size (DDP and FSDP; not DeepSpeed, whose checkpoints are
-partitioned by rank): ``check_node_range`` makes both errors before anything is written.
+and ``train --resume auto`` continues from the last checkpoint on that many (every strategy
+loads its checkpoints at another world size). That keeps the loss trajectory only when the
+global batch stays the same on every node count in the range (``train --global-batch-size
+G``, divisible by the ranks of each, and by ranks x ``--micro-batch-size`` when the ranks
+accumulate): ``check_node_range`` makes these errors before anything is written. A model
+with synchronised BatchNorm and micro-batches normalises over micro-batch x ranks samples,
+which changes with the nodes: a warning says so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 
 from ddpimg.errors import JobError
 from ddpimg.jobs.command import TRAIN, TrainCommand
-from ddpimg.jobs.findings import ERROR, Finding
+from ddpimg.jobs.findings import ERROR, WARNING, Finding
 from ddpimg.jobs.spec import JobSpec
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
@@ -51,15 +53,18 @@ def check_node_range(spec: JobSpec) -> list[Finding]:
     counts = range(spec.min_nodes, spec.nodes + 1)
     ranks = [count * spec.ranks_per_node for count in counts]
     findings: list[Finding] = []
-    strategy = command.option("--strategy")
-    if strategy == "deepspeed":
+    micro_text = command.option("--micro-batch-size")
+    micro = int(micro_text) if micro_text and micro_text.isdigit() and int(micro_text) else 1
+    if micro > 1 and _synchronised_batchnorm(command):
         findings.append(
             Finding(
-                ERROR,
-                f"{where} with --strategy deepspeed: DeepSpeed checkpoints are partitioned by "
-                "rank, so a job requeued on fewer nodes could not resume",
-                hint=f"--nodes {spec.nodes} (no range), or --strategy ddp or fsdp, which "
-                "reshard their checkpoints",
+                WARNING,
+                f"{where}: train resnet with --micro-batch-size {micro} and synchronised "
+                f"BatchNorm normalises over {micro} x the ranks' samples, which changes with "
+                "the nodes: a checkpoint of one node count is refused on another (an "
+                "architecture with BatchNorm)",
+                hint="add --no-sync-batchnorm (statistics of each rank's micro-batch: the same "
+                "on any node count), or drop --micro-batch-size",
             )
         )
     text = command.option("--global-batch-size")
@@ -76,15 +81,26 @@ def check_node_range(spec: JobSpec) -> list[Finding]:
         )
         return findings
     global_batch = int(text)
-    uneven = [count for count, rank in zip(counts, ranks, strict=True) if global_batch % rank]
+    units = [rank * micro for rank in ranks]
+    uneven = [count for count, unit in zip(counts, units, strict=True) if global_batch % unit]
     if uneven:
+        of = f" x --micro-batch-size {micro}" if micro > 1 else ""
         findings.append(
             Finding(
                 ERROR,
-                f"{where}: --global-batch-size {global_batch} is not divisible by the ranks of "
-                + ", ".join(f"{count} nodes ({count * spec.ranks_per_node})" for count in uneven),
+                f"{where}: --global-batch-size {global_batch} is not divisible by the ranks{of} "
+                "of "
+                + ", ".join(
+                    f"{count} nodes ({count * spec.ranks_per_node * micro})" for count in uneven
+                ),
                 hint="a global batch every rank count of the range divides, e.g. "
-                f"{math.lcm(*ranks)}, or a narrower range",
+                f"{math.lcm(*units)}, or a narrower range",
             )
         )
     return findings
+
+
+def _synchronised_batchnorm(command: TrainCommand) -> bool:
+    """Whether the command trains resnet with BatchNorm over the ranks (its default)."""
+    positional = [word for word in command.head[1:2] if not word.startswith("-")]
+    return positional == ["resnet"] and "--no-sync-batchnorm" not in command.head
