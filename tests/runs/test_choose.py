@@ -64,7 +64,8 @@ def test_a_first_run_gets_a_new_directory_named_by_its_start(tmp_path: Path) -> 
     root = tmp_path / "runs"
     chosen, said = choose(root)
     assert chosen == root / "mnist-20261129-031500"
-    assert chosen.is_dir() and not any(p.name != lock.LOCK_NAME for p in chosen.iterdir())
+    assert chosen.is_dir()
+    assert not any(p.name != lock.LOCK_NAME for p in chosen.iterdir())
     assert os.readlink(root / "latest") == "mnist-20261129-031500"
     assert said == f"ddpimg: new run directory {chosen} ({root}/latest points to it)\n"
 
@@ -100,7 +101,9 @@ def test_no_earlier_run_continues_when_the_newest_completed_or_is_held(
 ) -> None:
     root = tmp_path / "runs"
     run_of(root / "mnist-20261128-100000", "interrupted")
-    last = run_of(root / "mnist-20261128-120000", "completed" if newest == "completed" else "running")
+    last = run_of(
+        root / "mnist-20261128-120000", "completed" if newest == "completed" else "running"
+    )
     if newest == "held":  # the same command, still running in another terminal
         descriptor = os.open(last / lock.LOCK_NAME, os.O_RDWR | os.O_CREAT)
         fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -155,14 +158,16 @@ def test_a_directory_nobody_can_write_is_an_error(tmp_path: Path) -> None:
     root.write_text("not a directory")
     with pytest.raises(DdpimgError, match=rf"cannot create the runs directory {root} \(") as err:
         choose(root)
-    assert err.value.hint is not None and "DDPIMG_RUNS" in err.value.hint
+    assert err.value.hint is not None
+    assert "DDPIMG_RUNS" in err.value.hint
 
 
 def test_a_latest_that_is_not_a_link_is_left_alone(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     (root / "latest").mkdir(parents=True)
     chosen, said = choose(root)
-    assert (root / "latest").is_dir() and not (root / "latest").is_symlink()
+    assert (root / "latest").is_dir()
+    assert not (root / "latest").is_symlink()
     assert said == (
         f"ddpimg: warning: {root}/latest left as it is ({root}/latest is not a link ddpimg "
         f"made); the run is in {chosen}\nddpimg: new run directory {chosen}\n"

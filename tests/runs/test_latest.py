@@ -51,7 +51,10 @@ def test_an_existing_path_wins_over_a_run_name(root: Path) -> None:
 
 def test_the_runs_root_comes_from_ddpimg_runs(root: Path, tmp_path: Path) -> None:
     (tmp_path / "other" / "gpt-7").mkdir(parents=True)
-    assert resolve_run("gpt-7", {"DDPIMG_RUNS": str(tmp_path / "other")}) == tmp_path / "other" / "gpt-7"
+    assert (
+        resolve_run("gpt-7", {"DDPIMG_RUNS": str(tmp_path / "other")})
+        == tmp_path / "other" / "gpt-7"
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,7 +76,8 @@ def test_a_name_that_names_no_run_is_an_error(
         (root / "latest").symlink_to(setup)
     with pytest.raises(DdpimgError, match=message) as err:
         resolve_run(text, {})
-    assert err.value.hint is not None and "ddpimg runs lists the runs in runs" in err.value.hint
+    assert err.value.hint is not None
+    assert "ddpimg runs lists the runs in runs" in err.value.hint
 
 
 def test_a_latest_that_cannot_be_replaced_is_a_warning(root: Path) -> None:

@@ -37,7 +37,7 @@ def test_the_job_tag_is_the_schedulers_id(env: dict[str, str], tag: str | None) 
         ({"SLURM_JOB_ID": "../etc"}, r"SLURM_JOB_ID \('\.\./etc'\) is not a Slurm job id"),
         ({"SLURM_JOB_ID": ""}, r"SLURM_JOB_ID \(empty\) is not a Slurm job id"),
         ({"SLURM_JOB_ID": "1" * 21}, r"SLURM_JOB_ID \('1{21}'\) is not a Slurm job id \(20"),
-        ({"SLURM_JOB_ID": "١٢"}, r"SLURM_JOB_ID \('١٢'\) is not a Slurm job id"),  # noqa: RUF001
+        ({"SLURM_JOB_ID": "١٢"}, r"SLURM_JOB_ID \('١٢'\) is not a Slurm job id"),
         (
             {"SLURM_ARRAY_JOB_ID": "12"},
             r"SLURM_ARRAY_TASK_ID \(not set\) is not a Slurm job id",
@@ -112,7 +112,12 @@ def test_a_stem_with_dashes_parses() -> None:
 
 
 def test_names_order_by_start_then_number() -> None:
-    names = ["m-20261129-031500.10", "m-20261129-031500", "m-20261128-235959", "m-20261129-031500.2"]
+    names = [
+        "m-20261129-031500.10",
+        "m-20261129-031500",
+        "m-20261128-235959",
+        "m-20261129-031500.2",
+    ]
     parsed = sorted(name for name in (parse_name(n, "m") for n in names) if name is not None)
     assert [run_name("m", p.tag, p.number) for p in parsed] == [
         "m-20261128-235959", "m-20261129-031500", "m-20261129-031500.2", "m-20261129-031500.10",

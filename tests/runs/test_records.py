@@ -89,7 +89,8 @@ def test_links_and_special_files_are_not_followed(tmp_path: Path) -> None:
     (linked / "metrics.jsonl").symlink_to(elsewhere / "metrics.jsonl")
     run = read_run(linked)
     assert (run.status, run.steps) == ("unreadable", None)
-    assert run.problem is not None and run.problem.startswith("manifest.json: ")
+    assert run.problem is not None
+    assert run.problem.startswith("manifest.json: ")
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "manifest.json")  # opened without blocking, then refused
