@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from ddpimg.errors import DdpimgError, LauncherError
 from ddpimg.plan import LaunchPlan
+from ddpimg.runs.names import runs_root
 from ddpimg.script.options import ScriptOptions
 from ddpimg.train.preempt_signals import parse_signals
 
@@ -64,9 +65,12 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
         run_group=args.run_group,
         wandb_entity=args.wandb_entity,
     )
-    check_trackers(log_to, args.out, env, trackers)  # on every rank, before anything runs
+    runs = runs_root(env)
+    # on every rank, before anything runs; the run's own directory is not chosen yet
+    check_trackers(log_to, runs if args.out is None else args.out, env, trackers)
     return ScriptOptions(
-        out=str(args.out),
+        out="" if args.out is None else str(args.out),
+        runs=str(runs),
         timeout_s=args.timeout,
         watch=not args.no_watch,
         record=not args.no_record,
