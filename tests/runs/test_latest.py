@@ -60,7 +60,7 @@ def test_the_runs_root_comes_from_ddpimg_runs(root: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("setup", "text", "message"),
     [
-        (None, "mnist-9", r"mnist-9: no such run directory, and no run of that name in runs\n"),
+        (None, "mnist-9", r"mnist-9: no such run directory, and no run of that name in runs/\n"),
         (None, "latest", r"latest: runs has no latest \(no run without --out has started"),
         ("../outside", "latest", r"latest: runs/latest points at '../outside', not at a run"),
         ("gone", "latest", r"latest: runs/latest points at 'gone', not at a run directory"),
@@ -77,7 +77,7 @@ def test_a_name_that_names_no_run_is_an_error(
     with pytest.raises(DdpimgError, match=message) as err:
         resolve_run(text, {})
     assert err.value.hint is not None
-    assert "ddpimg runs lists the runs in runs" in err.value.hint
+    assert "ddpimg runs lists the runs in runs/" in err.value.hint
 
 
 def test_a_latest_that_cannot_be_replaced_is_a_warning(root: Path) -> None:

@@ -59,8 +59,8 @@ def resolve_run(text: str, env: Mapping[str, str] = os.environ) -> Path:
     if candidate.is_dir() and not candidate.is_symlink():
         return candidate
     raise DdpimgError(
-        f"{text}: no such run directory, and no run of that name in {root}",
-        hint=f"ddpimg runs lists the runs in {root}; give a run's directory, its name, or {LATEST}",
+        f"{text}: no such run directory, and no run of that name in {root}/",
+        hint=f"ddpimg runs lists the runs in {root}/; give a run's directory, its name or {LATEST}",
     )
 
 
@@ -72,17 +72,17 @@ def _latest(root: Path) -> Path:
     except FileNotFoundError:
         raise DdpimgError(
             f"{LATEST}: {root} has no {LATEST} (no run without --out has started there)",
-            hint=f"ddpimg runs lists the runs in {root}; give a run's directory or name",
+            hint=f"ddpimg runs lists the runs in {root}/; give a run's directory or name",
         ) from None
     except OSError as err:
         raise DdpimgError(
             f"{LATEST}: {link} is not a link to a run ({err.strerror})",
-            hint=f"give a run's directory or name; ddpimg runs lists the runs in {root}",
+            hint=f"give a run's directory or name; ddpimg runs lists the runs in {root}/",
         ) from err
     run = root / target
     if os.sep in target or target in ("", ".", "..") or not run.is_dir() or run.is_symlink():
         raise DdpimgError(
-            f"{LATEST}: {link} points at {target!r}, not at a run directory in {root}",
-            hint=f"give a run's directory or name; ddpimg runs lists the runs in {root}",
+            f"{LATEST}: {link} points at {target!r}, not at a run directory in {root}/",
+            hint=f"give a run's directory or name; ddpimg runs lists the runs in {root}/",
         )
     return run
