@@ -42,16 +42,17 @@ LONGEST_FIRST = (
     "test_tutorial_launchers.py",  # ~230 s: eight launch lines, one under DeepSpeed's launcher
     "test_image_data.py",  # ~220 s
     "test_trainers.py",  # ~220 s
+    "test_lightning.py",  # ~180 s: three launchers in one directory (~95 s), a requeued job
     "test_launchers.py",  # ~140 s
     "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
     "test_token_shards.py",  # ~125 s
-    "test_lightning.py",  # ~120 s
     "test_resume_world_size.py",  # ~115 s
     "test_transformers.py",  # ~110 s
     "test_crafted_checkpoints.py",  # ~110 s
     "test_chaos.py",  # ~105 s
     "test_tracker_sync.py",  # ~80 s
     "test_stalls.py",  # ~80 s
+    "test_run_directories.py",  # ~65 s: three short runs, four refusals at start-up
 )
 
 Item = TypeVar("Item")
