@@ -112,7 +112,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             backend=args.backend,
             timeout_s=args.timeout,
             devices_per_rank=TRAINERS[config.trainer].devices_per_rank(config),
-            trace_dir=None if runs else str(config.out / TRACE_DIR),
+            trace_dir=None if runs is not None else str(config.out / TRACE_DIR),
             stall_watch=True,
         )
         startup.mark("process_group")

@@ -65,12 +65,13 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
         run_group=args.run_group,
         wandb_entity=args.wandb_entity,
     )
-    runs = runs_root(env)
-    # on every rank, before anything runs; the run's own directory is not chosen yet
-    check_trackers(log_to, runs if args.out is None else args.out, env, trackers)
+    # Without --out the run's own directory under the runs root is chosen at start.
+    runs = None if args.out is not None else runs_root(env)
+    where = args.out if runs is None else runs
+    check_trackers(log_to, where, env, trackers)  # on every rank, before anything runs
     return ScriptOptions(
-        out="" if args.out is None else str(args.out),
-        runs=str(runs),
+        out="" if runs is not None else str(args.out),
+        runs="" if runs is None else str(runs),
         timeout_s=args.timeout,
         watch=not args.no_watch,
         record=not args.no_record,

@@ -45,7 +45,7 @@ class ScriptOptions:
     """
 
     out: str = ""
-    runs: str = DEFAULT_ROOT
+    runs: str = DEFAULT_ROOT  # with out ""
     timeout_s: float = DEFAULT_TIMEOUT_S
     watch: bool = True
     record: bool = True

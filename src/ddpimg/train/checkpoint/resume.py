@@ -12,7 +12,9 @@ and broadcast, so that every rank loads the same one.
   so that they cannot be mistaken for this run's later.
 
 The chosen checkpoint must come from the same configuration (``state.fingerprint``);
-otherwise the run stops with an error naming each differing option.
+otherwise the run stops with an error naming each differing option. A run without ``--out``
+has its own directory chosen first (``ddpimg.train.run_dir``: a new one, or an earlier run of
+the same trajectory, ``same_trajectory``); these rules then apply in it.
 """
 
 from __future__ import annotations
