@@ -3,11 +3,12 @@ makes its own later): rank 0 writes it into the rendezvous store, sealed with th
 (``store_auth``), and the others read it there.
 
 An error rank 0 decides (``--out`` holds another run, the runs root cannot be written) is
-written the same way, and every rank raises it again: the same message, the same class,
+written the same way, and every rank prints it (first: mpirun and torch's agent end the
+other ranks once one has exited) and raises it again: the same message, the same class,
 hence the same exit status. Rank 0 hosts the store, so it stays until every other rank has
-read the error (each adds one to a counter), bounded by ``--timeout``: a rank that found
-the store gone would print torch's C++ frames (``c10::DistNetworkError``, ``frame #0 ...``)
-and a traceback instead of the one error.
+read the error (each adds one to a counter once it has printed it), bounded by
+``--timeout``: a rank that found the store gone would print torch's C++ frames
+(``c10::DistNetworkError``, ``frame #0 ...``) and a traceback instead of the one error.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ddpimg import errors
-from ddpimg.errors import DdpimgError, RendezvousError
+from ddpimg.errors import DdpimgError, RendezvousError, report
 from ddpimg.runtime.store_auth import RecordSeal
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def decided_by_rank0(
         try:
             value = decide()
         except DdpimgError as err:
+            report(err)  # first: once another rank has exited, a launcher may end this one
             failure = {"error": type(err).__name__, "message": err.message, "hint": err.hint}
             store.set(name, seal.seal(name, json.dumps(failure)))
             _wait_for_readers(store, name, world_size - 1, timeout_s)
@@ -68,7 +70,6 @@ def decided_by_rank0(
         return value
     store.wait([name], timedelta(seconds=timeout_s))
     text = seal.open(name, store.get(name))
-    store.add(name + READ_SUFFIX, 1)
     if text is None:
         raise RendezvousError(
             f"rank {rank}: rank 0's decision {name} does not carry the job's key: another "
@@ -77,8 +78,10 @@ def decided_by_rank0(
         )
     outcome = json.loads(text)
     if "error" in outcome:
-        kind = _KINDS.get(outcome["error"], DdpimgError)
-        raise kind(outcome["message"], hint=outcome["hint"])
+        refused = _KINDS.get(outcome["error"], DdpimgError)(outcome["message"], outcome["hint"])
+        report(refused)
+        store.add(name + READ_SUFFIX, 1)
+        raise refused
     shared: str = outcome["value"]
     return shared
 

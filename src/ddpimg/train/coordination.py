@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch.distributed as dist
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, report
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -20,12 +20,15 @@ Value = TypeVar("Value")
 def decided_on_main(ctx: DistContext, decide: Callable[[], Value]) -> Value:
     """What ``decide`` returns on rank 0, on every rank (collective: every rank calls this;
     the value must pickle). A DdpimgError raised by it is raised again, of the same class
-    and with the same message, on every rank."""
+    and with the same message, on every rank, each printing it first (``errors.report``):
+    its launcher may end a rank once another has exited."""
     outcome: list[object] = [None]
+    failure: DdpimgError | None = None
     if ctx.is_main:
         try:
             outcome = [("ok", decide())]
         except DdpimgError as err:
+            failure = err
             outcome = [("error", type(err), err.message, err.hint)]
     if ctx.world_size > 1:
         device = ctx.device if ctx.device.type == "cuda" else None
@@ -35,7 +38,9 @@ def decided_on_main(ctx: DistContext, decide: Callable[[], Value]) -> Value:
         raise RuntimeError(f"rank 0 broadcast {decision!r} instead of its decision")
     if decision[0] == "error":
         _, kind, message, hint = decision
-        raise kind(message, hint=hint)
+        failure = failure or kind(message, hint=hint)
+        report(failure)
+        raise failure
     value: Value = decision[1]
     return value
 
