@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
-from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
+from ddpimg.errors import DdpimgError, RankLostError, report
 from ddpimg.runtime.deepspeed_shm import release_buffers
 from ddpimg.runtime.store_decision import decided_by_rank0
 from ddpimg.script.options import ScriptOptions
@@ -128,27 +128,6 @@ def _own_directory(options: ScriptOptions, script: str, args: list[str]) -> Path
         env=os.environ,
         stream=sys.stderr,
     )
-
-
-def _checked_out(options: ScriptOptions, script: str, out: str) -> str:
-    """Rank 0's run directory, as the others take it: ``--out``, or a run's name for this
-    script directly under the runs root (the value is sealed; this checks its form too)."""
-    from ddpimg.runs.names import parse_name, stem_of
-
-    path = Path(out)
-    mine = (
-        out == options.out
-        if options.out
-        else path.parent == Path(options.runs)
-        and parse_name(path.name, stem_of(Path(script).stem)) is not None
-    )
-    if not mine:
-        raise RendezvousError(
-            f"rank 0 chose {out!r} as the run directory, which is not a run of "
-            f"{script} under {options.runs}",
-            hint="someone else reaches the rendezvous port: see docs/security.md",
-        )
-    return out
 
 
 def _watch(
@@ -292,9 +271,8 @@ class Boot:
                 self.store, RUN_KEY, key, rank=self.rank, world_size=self.world_size,
                 timeout_s=options.timeout_s, decide=decide,
             )  # fmt: skip
-        decision = json.loads(text)
-        out = _checked_out(options, path, decision["out"])
-        self.options = runtime.options = dataclasses.replace(options, out=out)
+        decision = json.loads(text)  # sealed with the job's key: rank 0 wrote it
+        self.options = runtime.options = dataclasses.replace(options, out=decision["out"])
         runtime.continuing = bool(decision["continuing"])
 
     def run(self, path: str, args: list[str]) -> int:
