@@ -28,6 +28,18 @@ def test_report_prints_message_then_indented_hint() -> None:
     )
 
 
+def test_an_error_is_printed_once_however_many_handlers_it_reaches() -> None:
+    """A rank prints rank 0's refusal as soon as it learns it (its launcher may end it once
+    another rank has exited); the command's own handler then adds nothing."""
+    stream = io.StringIO()
+    refused = DdpimgError("--out x holds a completed run", hint="use another --out")
+    report(refused, stream=stream)
+    report(refused, stream=stream)
+    assert stream.getvalue() == (
+        "ddpimg: error: --out x holds a completed run\n  hint: use another --out\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("err", "status"),
     [

@@ -20,7 +20,13 @@ def with_hint(message: str, hint: str | None) -> str:
 
 def report(message: object, hint: str | None = None, stream: TextIO | None = None) -> None:
     """Print ``ddpimg: error: <message>`` (and the hint) and flush: the caller may exit at
-    once, even by ``os._exit``, which flushes nothing."""
+    once, even by ``os._exit``, which flushes nothing. A DdpimgError is printed once: one
+    that every rank learns from rank 0 is printed as soon as it is known (a launcher may end
+    a rank once another has exited), and the handler it then reaches prints nothing more."""
+    if isinstance(message, DdpimgError):
+        if message.reported:
+            return
+        message.reported = True
     target = sys.stderr if stream is None else stream
     print(PREFIX + with_hint(str(message), hint), file=target, flush=True)
 
@@ -33,6 +39,7 @@ class DdpimgError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         self.message = message
         self.hint = hint
+        self.reported = False  # by ``report``
         super().__init__(with_hint(message, hint))
 
 

@@ -35,3 +35,20 @@ def test_output_is_required(capsys: pytest.CaptureFixture[str]) -> None:
         main(["plot", "run"])
     assert exit_info.value.code == 2
     assert "the following arguments are required: -o/--output" in capsys.readouterr().err
+
+
+def test_a_run_is_named_by_its_name_or_latest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs without --out are plotted by their names under ./runs, and the newest as latest."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DDPIMG_RUNS", raising=False)
+    write_run(tmp_path / "runs" / "mnist-1", world_size=1)
+    write_run(tmp_path / "runs" / "mnist-2", world_size=2)
+    (tmp_path / "runs" / "latest").symlink_to("mnist-2")
+    assert main(["plot", "mnist-1", "latest", "-o", "both.png"]) == 0
+    assert (tmp_path / "both.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert main(["plot", "mnist-3", "-o", "none.png"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "ddpimg: error: mnist-3: no such run directory, and no run of that name in runs/\n"
+    )

@@ -38,7 +38,7 @@ def test_defaults_are_the_tutorials() -> None:
         batch_size=64,
         global_batch_size=None,
         data="synthetic",
-        out=Path("ddpimg-run"),
+        out=Path("runs"),  # the runs root: the run takes a directory of its own there
         seed=1,
         log_every=10,
         precision="auto",
@@ -76,6 +76,28 @@ def test_defaults_are_the_tutorials() -> None:
 )
 def test_flag_sets_field(argv: list[str], field: str, value: object) -> None:
     assert getattr(parse(*argv), field) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "out"),
+    [
+        ([], {}, "runs"),
+        ([], {"DDPIMG_RUNS": "/scratch/me/runs"}, "/scratch/me/runs"),
+        (["--out", "mine"], {"DDPIMG_RUNS": "/scratch/me/runs"}, "mine"),
+    ],
+    ids=["default", "variable", "flag"],
+)
+def test_without_out_the_run_goes_under_the_runs_root(
+    argv: list[str], env: dict[str, str], out: str
+) -> None:
+    """Precedence: --out > DDPIMG_RUNS (the user's, else the site profile's [env], both in
+    the environment the run gets) > ./runs; the run's own directory is chosen at start."""
+    assert train_config(parser().parse_args(argv), env).out == Path(out)
+
+
+def test_an_empty_runs_variable_is_an_error() -> None:
+    with pytest.raises(DdpimgError, match=r"DDPIMG_RUNS is set but empty\n  hint: unset it"):
+        train_config(parser().parse_args([]), {"DDPIMG_RUNS": " "})
 
 
 @pytest.mark.parametrize(

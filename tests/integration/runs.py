@@ -49,8 +49,9 @@ def command(name: str) -> str:
 
 
 # Where runs started without a ``cwd`` work: one fresh directory each. A run's defaults
-# land in its working directory (``train --out`` is ``ddpimg-run`` there), and a run must
-# never find another test's run in it, nor write into the checkout the tests run from.
+# land in its working directory (without ``--out``, ``train`` writes under ``runs/`` there),
+# and a run must never find another test's run in it, nor write into the checkout the tests
+# run from.
 _scratch: list[Path] = []
 
 

@@ -37,21 +37,22 @@ FROM_THE_END_VARIABLE = "DDPIMG_INTEGRATION_FROM_THE_END"
 # here only loses its head start.
 LONGEST_FIRST = (
     "test_scripts.py",  # ~510 s: three script cells, their references, the trackers
-    "test_any_shape.py",  # ~400 s (estimate): three phases of 12 cells
     "test_preemption.py",  # ~250 s
     "test_trackers.py",  # ~240 s
     "test_tutorial_launchers.py",  # ~230 s: eight launch lines, one under DeepSpeed's launcher
     "test_image_data.py",  # ~220 s
     "test_trainers.py",  # ~220 s
+    "test_lightning.py",  # ~180 s: three launchers in one directory (~95 s), a requeued job
+    "test_any_shape.py",  # ~150 s: three gloo phases of 11 cells and the exact DeepSpeed states
+    "test_transformers.py",  # ~150 s: with the DeepSpeed checkpoint resumed on 1 rank (~40 s)
     "test_launchers.py",  # ~140 s
     "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
     "test_token_shards.py",  # ~125 s
-    "test_lightning.py",  # ~120 s
-    "test_transformers.py",  # ~110 s
     "test_crafted_checkpoints.py",  # ~110 s
     "test_chaos.py",  # ~105 s
     "test_tracker_sync.py",  # ~80 s
     "test_stalls.py",  # ~80 s
+    "test_run_directories.py",  # ~65 s: three short runs, four refusals at start-up
 )
 
 Item = TypeVar("Item")

@@ -1,6 +1,6 @@
 """Ctrl-C keeps the contract: every process exits with status 130, manifest.json says
 "interrupted" with the same 130, and the terminal gets a few lines, not a traceback per
-rank.
+rank; without ``--out``, the same command given again continues the run in its directory.
 
 Ctrl-C is SIGINT to the terminal's foreground process group: the test starts the command
 in a session of its own and signals that group, once the run has logged its first steps.
@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,11 +34,20 @@ EXIT_GUARD_S = 120.0
 MAX_LINES = 8
 
 
-def interrupt(argv: list[str], env: dict[str, str], out: Path) -> tuple[int, str]:
-    """Start ``argv`` as a terminal's foreground job, press Ctrl-C once two steps are
-    logged under ``out``; its exit status and standard error."""
+# Ctrl-C's SIGINT must reach the run: a test session started in the background (``cmd &``
+# in a non-interactive shell) hands its children SIGINT ignored, which exec keeps; this resets
+# it to the default, then execs the command (same process: the session leader).
+DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def interrupt(argv: list[str], env: dict[str, str], out: Path, lines: int = 2) -> tuple[int, str]:
+    """Start ``argv`` as a terminal's foreground job, press Ctrl-C once ``lines`` lines are
+    logged in ``out``'s metrics.jsonl; its exit status and standard error."""
     proc = subprocess.Popen(
-        argv,
+        [sys.executable, "-c", DEFAULT_SIGINT, *argv],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -46,10 +56,10 @@ def interrupt(argv: list[str], env: dict[str, str], out: Path) -> tuple[int, str
     )
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + START_GUARD_S
-    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+    while not (metrics.exists() and metrics.read_text().count("\n") >= lines):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
-            pytest.fail(f"hang guard: no two steps logged within {START_GUARD_S:.0f} s")
+            pytest.fail(f"hang guard: no {lines} lines logged within {START_GUARD_S:.0f} s")
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)
     try:
@@ -72,15 +82,47 @@ def assert_interrupted(returncode: int, stderr: str, out: Path, processes: int) 
 
 
 @pytest.mark.torchrun
-@pytest.mark.parametrize("launcher", [[], ["--nproc-per-node", "2"]], ids=["plain", "nproc"])
-def test_ctrl_c_exits_130_as_the_manifest_says(
-    tmp_path: Path, run_env: dict[str, str], launcher: list[str]
+def test_ctrl_c_under_the_nproc_launcher_exits_130_as_the_manifest_says(
+    tmp_path: Path, run_env: dict[str, str]
 ) -> None:
     out = tmp_path / "run"
-    returncode, stderr = interrupt(
-        [command("train"), *RUN, *launcher, "--out", str(out)], run_env, out
+    argv = [command("train"), *RUN, "--nproc-per-node", "2", "--out", str(out)]
+    returncode, stderr = interrupt(argv, run_env, out)
+    assert_interrupted(returncode, stderr, out, processes=2)
+
+
+def test_after_ctrl_c_the_same_command_continues_its_run(
+    tmp_path: Path, run_env: dict[str, str]
+) -> None:
+    """One process without --out: Ctrl-C, then the same command again continues the run in
+    its directory from its newest checkpoint (and is stopped the same way once it has gone
+    past where the first stopped: the continuation, not the end, is the claim)."""
+    argv = [command("train"), *RUN, "--checkpoint-every", "2"]
+    latest = tmp_path / "runs" / "latest"
+    returncode, stderr = interrupt(argv, run_env, latest, lines=5)
+    assert_interrupted(returncode, stderr, latest, processes=1)
+    run = latest.resolve()
+    first = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    stopped_at = first[-1]["step"]
+
+    returncode, stderr = interrupt(argv, run_env, latest, lines=len(first) + 2)
+    assert_interrupted(returncode, stderr, latest, processes=1)
+    said = [line for line in stderr.splitlines() if line.startswith("ddpimg: ")]
+    assert said[0] == (
+        f"ddpimg: continuing runs/{run.name}, the newest run of these options (interrupted at "
+        f"step {stopped_at}); --resume none starts a new one"
     )
-    assert_interrupted(returncode, stderr, out, processes=2 if launcher else 1)
+    resumed = json.loads((run / "manifest.json").read_text())["resumed_from"]
+    assert resumed["checkpoint"] == f"runs/{run.name}/checkpoints/step-{resumed['step']:08d}"
+    assert 4 <= resumed["step"] <= stopped_at  # step 4's checkpoint was there before line 5
+    assert (
+        said[1]
+        == f"ddpimg: resuming from {resumed['checkpoint']} (epoch 1, step {resumed['step']})"
+    )
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["latest", run.name]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1))  # one trajectory, no step twice
+    assert steps[-1] > stopped_at
 
 
 @pytest.mark.slurm

@@ -1,13 +1,17 @@
 """A user's PyTorch Lightning script (``Trainer(strategy="ddp", devices=N, num_nodes=M)``)
-under ``train --script`` with mpirun: every rank trains, and the global ranks and world size
-Lightning reports are the launch's. (The same script under ``--nproc-per-node`` and srun:
-tests/integration/test_scripts.py, whose Lightning cell checks the same reports.) Preemption:
-ddpimg's callback saves Lightning's checkpoint and the job script requeues the job once.
+under ``train --script`` with ``--nproc-per-node``, mpirun and srun, one after the other in
+one directory without ``--out``: three runs, each in a directory of its own and completed,
+every rank trained, and Lightning detects each launcher's cluster environment. (The same
+script's global ranks and world size under each launcher: tests/integration/test_scripts.py,
+whose Lightning cell checks them.) Preemption: ddpimg's callback saves Lightning's checkpoint,
+the job script requeues the job once, and the requeued job continues its own run directory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +46,49 @@ def lightning(out: Path, devices: int = 2, nodes: int = 1) -> list[str]:
     return [command("train"), "--script", str(SCRIPT), str(out), str(devices), str(nodes)]
 
 
+# The cluster environment Lightning detects under each launcher.
+ENVIRONMENTS = {"nproc": "TorchElasticEnvironment", "mpirun": "MPIEnvironment",
+                "srun": "SLURMEnvironment"}  # fmt: skip
+
+
+@pytest.mark.torchrun
 @pytest.mark.mpi
-def test_mpirun(tmp_path: Path, run_env: dict[str, str]) -> None:
-    run(["mpirun", "-np", "2", *lightning(tmp_path)], run_env)
-    found = reports(tmp_path, 2)
-    assert {r["environment"] for r in found} == {"MPIEnvironment"}
+@pytest.mark.slurm
+def test_three_launchers_in_one_directory_give_three_completed_runs(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    """The same command under ``train --nproc-per-node 2``, ``mpirun -np 2`` and ``srun -n 2``
+    in one directory, without --out: each run gets a directory of its own under ./runs (the
+    srun job's named by its job id) and completes; no run refuses or re-enters another's."""
+    output = tmp_path / "output"
+    output.mkdir()
+    script = ["--script", *lightning(output)[2:]]
+    launchers = {
+        "nproc": [command("train"), "--nproc-per-node", "2"],
+        "mpirun": ["mpirun", "-np", "2", command("train")],
+        "srun": ["srun", "-n", "2", command("train")],
+    }
+    said = {}
+    for name, prefix in launchers.items():
+        proc = run([*prefix, *script], slurm_env, cwd=tmp_path)
+        said[name] = next(line for line in proc.stderr.splitlines() if line.startswith("ddpimg:"))
+        found = reports(output, 2)
+        assert {r["environment"] for r in found} == {ENVIRONMENTS[name]}
+    runs = tmp_path / "runs"
+    made = sorted(path for path in runs.iterdir() if path.name != "latest")
+    assert len(made) == 3
+    records = [json.loads((path / "manifest.json").read_text()) for path in made]
+    assert [(r["status"], r["exit_status"]) for r in records] == [("completed", 0)] * 3
+    assert {r["script"]["path"] for r in records} == {str(SCRIPT)}
+    by_job = [path for path in made if re.fullmatch(r"lightning_ddp-\d+", path.name)]
+    assert len(by_job) == 1, made  # srun's; the others by their start times
+    assert (
+        said["srun"]
+        == f"ddpimg: new run directory runs/{by_job[0].name} (runs/latest points to it)"
+    )
+    assert os.readlink(runs / "latest") == by_job[0].name
+    for path in made:
+        assert any(r["kind"] == "summary" for r in map(json.loads, (path / "metrics.jsonl").open()))
 
 
 @pytest.mark.slurm
@@ -62,7 +104,9 @@ def test_a_preempted_lightning_job_is_requeued_once_by_ddpimg(
     out = tmp_path / "run"
     out.mkdir()
     script = [*lightning(out)[1:], "--max-steps", "60", "--step-sleep", "0.2"]
-    command_line = ["train", "--out", str(tmp_path / "record"), *script, "--requeue-signal", "USR2"]
+    # No --out: the run's record goes to runs/lightning_ddp-JOBID, which the requeued job
+    # continues (its own, by its job id).
+    command_line = ["train", *script, "--requeue-signal", "USR2"]
     job_id = submit(["--", *command_line], slurm_env, tmp_path)
     log = tmp_path / f"ddpimg-{job_id}.out"
     wait_until(f"{out}/step-2 exists", (out / "step-2").exists, limit_s=120)
@@ -78,3 +122,13 @@ def test_a_preempted_lightning_job_is_requeued_once_by_ddpimg(
     assert found[0]["steps"] == 60
     assert (out / "hpc_ckpt_1.ckpt").is_file()
     assert job_info(job_id, slurm_env)["Restarts"] == "1"
+    record = tmp_path / "runs" / f"lightning_ddp-{job_id}"
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["latest", record.name]
+    assert f"ddpimg: new run directory runs/{record.name}" in text
+    assert (
+        f"ddpimg: continuing runs/{record.name}, job {job_id}'s run of these options (preempted"
+        in text
+    )
+    manifest = json.loads((record / "manifest.json").read_text())
+    assert (manifest["status"], manifest["continues"]["status"]) == ("completed", "preempted")
+    assert manifest["resumed_from"]["path"] == str(out / "hpc_ckpt_1.ckpt")

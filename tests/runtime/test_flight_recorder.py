@@ -85,3 +85,21 @@ def test_enable_sets_the_environment_and_makes_the_directory(tmp_path: Path) -> 
     enable_flight_recorder("nccl", str(tmp_path / "out" / "nccl-trace"), env)
     assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "out" / "nccl-trace" / "rank_")
     assert (tmp_path / "out" / "nccl-trace").is_dir()
+
+
+def test_a_run_directory_chosen_after_the_rendezvous_names_the_files_then(
+    tmp_path: Path,
+) -> None:
+    """A run without --out has its directory only after init_process_group: the first call
+    names no file, the second (torch reads the prefix when it first dumps) names them and
+    changes nothing else."""
+    env: dict[str, str] = {}
+    enable_flight_recorder("nccl", None, env)
+    before = dict(env)
+    traces = tmp_path / "runs" / "mnist-7" / "nccl-trace"
+    changed = enable_flight_recorder("nccl", str(traces), env)
+    assert changed == dict.fromkeys(
+        ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), f"{traces}/rank_"
+    )
+    assert {name: env[name] for name in before} == before
+    assert traces.is_dir()

@@ -55,6 +55,7 @@ def test_the_flags_become_the_boots_options() -> None:
     options = script_options(mpirun, _args())
     assert options == ScriptOptions(
         out="runs/x",
+        runs="",
         timeout_s=30.0,
         watch=True,
         record=False,
@@ -70,6 +71,19 @@ def test_the_flags_become_the_boots_options() -> None:
             "project": None, "run_name": "r1", "run_group": None, "wandb_entity": None,
         },
     )  # fmt: skip
+
+
+def test_without_out_the_boot_chooses_under_the_runs_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No --out: the boot's rank 0 chooses the run's own directory under the runs root
+    (DDPIMG_RUNS over ./runs); with --out an empty DDPIMG_RUNS does not matter."""
+    mpirun = build_plan(envs.ompi(1), "n1", site="generic")
+    monkeypatch.setenv("DDPIMG_RUNS", "/scratch/me/runs")
+    options = script_options(mpirun, _args(out=None))
+    assert (options.out, options.runs) == ("", "/scratch/me/runs")
+    monkeypatch.setenv("DDPIMG_RUNS", "")
+    assert script_options(mpirun, _args()).out == "runs/x"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ddpimg.errors import DdpimgError
-from ddpimg.script.record import ScriptRecord, earlier_run
+from ddpimg.script.record import ScriptRecord, earlier_run, same_script
 
 
 def _start(out: Path, previous: dict[str, Any] | None = None) -> ScriptRecord:
@@ -117,3 +117,17 @@ def test_a_step_logged_again_replaces_the_lines_from_it_on(tmp_path: Path) -> No
     assert [(line["step"], line["loss"]) for line in _lines(out)] == [
         (1, 1.0), (2, 2.0), (3, 33.0), (4, 44.0),
     ]  # fmt: skip
+
+
+def test_a_run_without_out_continues_only_the_same_script_with_the_same_arguments(
+    tmp_path: Path,
+) -> None:
+    """What makes an earlier run in the runs root "the same configuration" for a script."""
+    out = tmp_path / "run"
+    _start(out)
+    recorded = json.loads((out / "manifest.json").read_text())
+    mine = str(tmp_path / "mine.py")
+    assert same_script(mine, ["--lr", "1"])(recorded)
+    assert not same_script(mine, ["--lr", "0.5"])(recorded)
+    assert not same_script(str(tmp_path / "other.py"), ["--lr", "1"])(recorded)
+    assert not same_script(mine, ["--lr", "1"])({"arguments": {"trainer": "mnist"}})

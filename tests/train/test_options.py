@@ -194,6 +194,6 @@ def test_arguments_are_flat_with_every_trainers_options(
     )
     assert (arguments["trainer"], arguments["out"], arguments["log_to"]) == (
         trainer,
-        "ddpimg-run",
+        "runs",
         [],
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from ddpimg.errors import DataError, DdpimgError
+from ddpimg.runs import lock
 from ddpimg.runtime.context import DistContext
 from ddpimg.train import run_training
 from ddpimg.train.config import TrainConfig
@@ -106,6 +108,58 @@ def test_a_new_run_replaces_the_metrics(
     run_training(config, ctx)
     run_training(config, ctx)
     assert [r["kind"] for r in records(config.out)] == ["train", "eval", "summary"]
+
+
+def test_a_run_without_out_takes_a_directory_of_its_own(
+    ctx: DistContext,
+    make_config: Callable[..., TrainConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run twice, a completed run is kept and a new directory starts; a run of these options
+    that did not complete is continued (its checkpoints resumed) by the same options."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    held: list[int] = []
+    monkeypatch.setattr(lock, "_held", held)
+
+    def ended() -> None:  # what the end of a run's process does to its lock
+        while held:
+            os.close(held.pop())
+
+    root = tmp_path / "runs"
+    config = make_config(out=root)
+    assert run_training(config, ctx, runs=root) == 0
+    ended()
+    (first,) = [path for path in root.iterdir() if path.name != "latest"]
+    assert first.name.startswith(f"{config.trainer}-")
+    said = capsys.readouterr().err
+    assert said.startswith(f"ddpimg: new run directory {first} ({root}/latest points to it)\n")
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["arguments"]["out"] == str(first)
+    assert records(first)[-1]["kind"] == "summary"
+
+    assert run_training(config, ctx, runs=root) == 0
+    ended()
+    second = root / os.readlink(root / "latest")
+    assert second != first
+    assert second.parent == root
+    assert json.loads((first / "manifest.json").read_text()) == manifest  # never re-entered
+
+    # The newest run of these options stopped (a Ctrl-C, say): the same options continue it.
+    stopped = json.loads((second / "manifest.json").read_text()) | {"status": "interrupted"}
+    (second / "manifest.json").write_text(json.dumps(stopped))
+    capsys.readouterr()
+    assert run_training(config, ctx, runs=root) == 0
+    said = capsys.readouterr().err
+    assert said.startswith(
+        f"ddpimg: continuing {second}, the newest run of these options (interrupted at step 5)"
+    )
+    assert f"ddpimg: resuming from {second}/checkpoints/step-00000005" in said
+    assert sorted(path.name for path in root.iterdir()) == sorted(
+        ["latest", first.name, second.name]
+    )
+    assert json.loads((second / "manifest.json").read_text())["status"] == "completed"
 
 
 def test_unwritable_out_is_a_user_error(

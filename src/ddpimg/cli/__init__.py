@@ -1,5 +1,5 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site`` and ``train`` (==
-``ddpimg train``).
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs`` and
+``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sync_cmd",
     ),
     "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
+    "runs": (
+        "list the runs in ./runs (or $DDPIMG_RUNS): status, steps, loss, directory",
+        "runs_cmd",
+    ),
 }
 
 

@@ -79,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("ddpimg-run"),
         metavar="RUN_DIR",
-        help="where the index goes if DIR is read-only: the --out of the runs (default "
-        "ddpimg-run, train's default)",
+        help="where the index goes if DIR is read-only: the run directory (--out) of the runs "
+        "that read it (default ddpimg-run)",
     )
     add_tokenize_arguments(actions)
 

@@ -12,7 +12,12 @@ from ddpimg import exitcodes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, metavar="RUN_DIR", help="the run's --out directory")
+    parser.add_argument(
+        "run",
+        type=Path,
+        metavar="RUN_DIR",
+        help="the run's directory, or its name in ./runs (or $DDPIMG_RUNS), or latest",
+    )
     parser.add_argument("target", type=Path, metavar="DST", help="the directory to write (new)")
     parser.add_argument(
         "--checkpoint",
@@ -23,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ddpimg.runs.latest import resolve_run
     from ddpimg.train.tasks.gpt.export import export
 
-    chosen = export(args.run, args.target, args.checkpoint)
+    chosen = export(resolve_run(str(args.run)), args.target, args.checkpoint)
     print(f"{args.target}: Hugging Face GPT-2 model from {chosen}")
     print(f"load it:  GPT2LMHeadModel.from_pretrained({str(args.target)!r})")
     return exitcodes.OK

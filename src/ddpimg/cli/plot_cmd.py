@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=Path,
         metavar="RUN_DIR",
-        help="--out directories of train runs (each with metrics.jsonl)",
+        help="train runs (each with metrics.jsonl): their directories, or the names of runs "
+        "in ./runs (or $DDPIMG_RUNS), or latest",
     )
     parser.add_argument(
         "-o",
@@ -30,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     from ddpimg.plot import plot_runs, read_run, threads_caveat
+    from ddpimg.runs.latest import resolve_run
 
-    runs = [read_run(path) for path in args.runs]
+    runs = [read_run(resolve_run(str(path))) for path in args.runs]
     plot_runs(runs, args.output)
     print(f"wrote {args.output}")
     caveat = threads_caveat(runs)

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=Path,
         metavar="RUN",
-        help="--out directories of train runs that logged with --log-to",
+        help="train runs that logged with --log-to: their directories, or the names of runs "
+        "in ./runs (or $DDPIMG_RUNS), or latest",
     )
 
 
@@ -139,4 +140,7 @@ def sync_runs(runs: list[Path], env: Mapping[str, str], stream: TextIO) -> int:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    return sync_runs(list(args.runs), os.environ, sys.stdout)
+    from ddpimg.runs.latest import resolve_run
+
+    runs = [resolve_run(str(path)) for path in args.runs]
+    return sync_runs(runs, os.environ, sys.stdout)

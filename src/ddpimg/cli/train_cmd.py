@@ -99,6 +99,8 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
 
     startup.mark("imports")
     config = train_config(args, plan.child_environment(os.environ))
+    # Without --out, config.out is the runs root until the run has its own directory there.
+    runs = config.out if args.out is None else None
     if config.deterministic:
         # cuBLAS is only deterministic with a fixed workspace, read when CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -110,13 +112,13 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             backend=args.backend,
             timeout_s=args.timeout,
             devices_per_rank=TRAINERS[config.trainer].devices_per_rank(config),
-            trace_dir=str(config.out / TRACE_DIR),
+            trace_dir=None if runs is not None else str(config.out / TRACE_DIR),
             stall_watch=True,
         )
         startup.mark("process_group")
         finished = False
         try:
-            status = run_training(config, ctx, preemption)
+            status = run_training(config, ctx, preemption, runs=runs)
             finished = True
         finally:
             runtime.shutdown(finished)

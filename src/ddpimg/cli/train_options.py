@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ddpimg.runs.names import DEFAULT_ROOT, LATEST, RUNS_VARIABLE, runs_root
 from ddpimg.trace_breakdown import PROFILE_DIR
 from ddpimg.trackers import LOG_TO_VARIABLE, TRACKERS, check_trackers, log_to_setting
 from ddpimg.trackers.settings import DEFAULT_PROJECT
@@ -109,9 +110,12 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=DEFAULTS.out,
+        default=None,
         metavar="DIR",
-        help="where rank 0 writes metrics.jsonl and manifest.json (default: ./%(default)s)",
+        help="where rank 0 writes metrics.jsonl and manifest.json, and the ranks their "
+        f"checkpoints (default: a directory of the run's own under ./{DEFAULT_ROOT} or "
+        f"${RUNS_VARIABLE}, named by the trainer or script and the Slurm job id or the start "
+        f"time; {DEFAULT_ROOT}/{LATEST} points to the newest)",
     )
     parser.add_argument(
         "--seed",
@@ -244,9 +248,10 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume",
         default=DEFAULTS.resume,
         metavar="auto|PATH|none",
-        help="auto: continue from the newest valid checkpoint in --out, if any; PATH: from "
-        "that checkpoint directory; none: start over, removing --out's checkpoints "
-        "(default: %(default)s)",
+        help="auto: continue from the newest valid checkpoint in --out, if any (without "
+        "--out: in the run of the same Slurm job, else the newest run of these options, if it "
+        "did not complete); PATH: from that checkpoint directory; none: start over (without "
+        "--out in a new directory, else removing --out's checkpoints) (default: %(default)s)",
     )
     group.add_argument(
         "--preempt-signals",
@@ -288,7 +293,7 @@ def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         data=args.data,
         train_samples=args.train_samples,
         eval_samples=args.eval_samples,
-        out=Path(args.out),
+        out=runs_root(env) if args.out is None else Path(args.out),
         seed=args.seed,
         deterministic=args.deterministic,
         log_every=args.log_every,

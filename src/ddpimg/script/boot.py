@@ -10,13 +10,17 @@ rendezvous store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent hosts it under
 within ``--timeout`` instead of hanging the others in ``init_process_group``. The script's
 own ``init_process_group`` later shares that store: torch opens rank 0's store with
 ``multi_tenant=True``, which reuses a server this process already runs on that port. Rank
-0 decides whether this run continues the one in ``--out`` and tells the others through the
-store, so that every rank's framework resumes from the same checkpoint or none does.
+0 decides where the run's record goes (without ``--out``, the run's own directory under the
+runs root: ``ddpimg.runs``) and whether this run continues the one there, and tells the
+others through the store (``runtime.store_decision``), so that every rank's framework
+resumes from the same checkpoint or none does, and a refusal is every rank's one error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import runpy
 import signal
@@ -24,13 +28,13 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
-from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, report
+from ddpimg.errors import DdpimgError, RankLostError, report
 from ddpimg.runtime.deepspeed_shm import release_buffers
+from ddpimg.runtime.store_decision import decided_by_rank0
 from ddpimg.script import library_errors
 from ddpimg.script.options import ScriptOptions
 from ddpimg.script.runtime import ScriptPreempted, ScriptRuntime, activate
@@ -41,8 +45,7 @@ if TYPE_CHECKING:
     from ddpimg.runtime.stall import StallWatch
     from ddpimg.script.record import ScriptRecord
 
-CONTINUING_KEY = "ddpimg/script/continuing"
-REFUSED = "refused"
+RUN_KEY = "ddpimg/script/run"
 
 
 def _world() -> tuple[int, int, int]:
@@ -110,42 +113,22 @@ def _job_key(options: ScriptOptions, store: Store, rank: int, world_size: int) -
     return key if key is not None else broadcast_key(store, rank, world_size, options.timeout_s)
 
 
-def _continuing(
-    options: ScriptOptions, script: str, rank: int, store: Store | None, key: bytes | None
-) -> tuple[bool, Any]:
-    """Whether this run continues the one in ``--out`` (rank 0 reads its manifest and tells
-    the others, sealed with the job's key), and rank 0's reading of that manifest. An
-    earlier run that must not be replaced is rank 0's DdpimgError, and the others'."""
-    from ddpimg.runtime.store_auth import RecordSeal
-    from ddpimg.script.record import earlier_run
+def _own_directory(options: ScriptOptions, script: str, args: list[str]) -> Path:
+    """Rank 0: the run's own directory under the runs root (no ``--out``; ``ddpimg.runs``):
+    named after the script, continuing its earlier run of the same arguments as the rules
+    say."""
+    from ddpimg.runs.choose import choose_run_dir
+    from ddpimg.runs.names import stem_of
+    from ddpimg.script.record import same_script
 
-    if rank == 0:
-        try:
-            previous = earlier_run(Path(options.out), script, options.resume)
-        except DdpimgError:
-            if store is not None and key is not None:
-                store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, REFUSED))
-            raise
-        if store is not None and key is not None:
-            answer = "1" if previous is not None else "0"
-            store.set(CONTINUING_KEY, RecordSeal(key).seal(CONTINUING_KEY, answer))
-        return previous is not None, previous
-    if store is None or key is None:
-        return False, None
-    store.wait([CONTINUING_KEY], timedelta(seconds=options.timeout_s))
-    answer_text = RecordSeal(key).open(CONTINUING_KEY, store.get(CONTINUING_KEY))
-    if answer_text is None:
-        raise RendezvousError(
-            f"rank {rank}: rank 0's word on whether this run continues the one in "
-            f"{options.out} does not carry the job's key: another process wrote it",
-            hint="someone else reaches the rendezvous port: see docs/security.md",
-        )
-    if answer_text == REFUSED:
-        raise DdpimgError(
-            f"rank {rank}: rank 0 refused --out {options.out} (its error says why)",
-            hint="use another --out, or --resume none to start over in this one",
-        )
-    return answer_text == "1", None
+    return choose_run_dir(
+        Path(options.runs),
+        stem_of(Path(script).stem),
+        same_script(script, args),
+        resume=options.resume,
+        env=os.environ,
+        stream=sys.stderr,
+    )
 
 
 def _watch(
@@ -246,15 +229,8 @@ class Boot:
         if self.world_size > 1:
             self.store = _meet(options, self.rank, self.world_size)
             key = _job_key(options, self.store, self.rank, self.world_size)
-        runtime.continuing, previous = _continuing(options, path, self.rank, self.store, key)
-        if self.rank == 0 and options.record:
-            world = {
-                "world_size": self.world_size,
-                "local_world_size": self.local_world_size,
-                "num_nodes": options.run_info.get("num_nodes"),
-                "omp_num_threads": threads,
-            }
-            runtime.record = _record(options, path, args, previous, world)
+        self._settle_run(runtime, path, args, key, threads)
+        options = self.options
         watch = _watch(options, self.rank, self.world_size, key)
         if watch is not None:
             record = runtime.record
@@ -264,6 +240,41 @@ class Boot:
             watch.start()
         _install_hooks(runtime)
         return runtime
+
+    def _settle_run(
+        self, runtime: ScriptRuntime, path: str, args: list[str], key: bytes | None, threads: str
+    ) -> None:
+        """Where the run's record goes and whether the run continues the one there: rank 0
+        decides (choosing the run's own directory without ``--out``) and starts the record,
+        and every rank learns the outcome, an error included (``store_decision``)."""
+        options = self.options
+
+        def decide() -> str:
+            from ddpimg.script.record import earlier_run
+
+            out = options.out or str(_own_directory(options, path, args))
+            previous = earlier_run(Path(out), path, options.resume)
+            if options.record:
+                world = {
+                    "world_size": self.world_size,
+                    "local_world_size": self.local_world_size,
+                    "num_nodes": options.run_info.get("num_nodes"),
+                    "omp_num_threads": threads,
+                }
+                chosen = dataclasses.replace(options, out=out)
+                runtime.record = _record(chosen, path, args, previous, world)
+            return json.dumps({"out": out, "continuing": previous is not None})
+
+        if self.store is None or key is None:
+            text = decide()  # one process: no other rank to tell
+        else:
+            text = decided_by_rank0(
+                self.store, RUN_KEY, key, rank=self.rank, world_size=self.world_size,
+                timeout_s=options.timeout_s, decide=decide,
+            )  # fmt: skip
+        decision = json.loads(text)  # sealed with the job's key: rank 0 wrote it
+        self.options = runtime.options = dataclasses.replace(options, out=decision["out"])
+        runtime.continuing = bool(decision["continuing"])
 
     def run(self, path: str, args: list[str]) -> int:
         runtime = self.runtime

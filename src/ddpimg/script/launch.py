@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from ddpimg.errors import DdpimgError, LauncherError
 from ddpimg.plan import LaunchPlan
+from ddpimg.runs.names import runs_root
 from ddpimg.script.options import ScriptOptions
 from ddpimg.train.preempt_signals import parse_signals
 
@@ -64,9 +65,13 @@ def script_options(plan: LaunchPlan, args: argparse.Namespace) -> ScriptOptions:
         run_group=args.run_group,
         wandb_entity=args.wandb_entity,
     )
-    check_trackers(log_to, args.out, env, trackers)  # on every rank, before anything runs
+    # Without --out the run's own directory under the runs root is chosen at start.
+    runs = None if args.out is not None else runs_root(env)
+    where = args.out if runs is None else runs
+    check_trackers(log_to, where, env, trackers)  # on every rank, before anything runs
     return ScriptOptions(
-        out=str(args.out),
+        out="" if runs is not None else str(args.out),
+        runs="" if runs is None else str(runs),
         timeout_s=args.timeout,
         watch=not args.no_watch,
         record=not args.no_record,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ddpimg.errors import LauncherError
+from ddpimg.runs.names import DEFAULT_ROOT
 from ddpimg.runtime.defaults import DEFAULT_TIMEOUT_S
 from ddpimg.train.preempt_signals import DEFAULT_SIGNALS
 
@@ -35,13 +36,16 @@ class ScriptOptions:
     checkpoint (given to the framework only when the script passes none itself).
     ``run_info``: the launch plan as ``ddpimg env --json`` prints it, for the manifest;
     ``master_via_mpi`` / ``site_path``: rank 0 publishes its address over MPI first.
+    ``out``: ``--out``, or "" when the run takes a directory of its own under ``runs`` (the
+    runs root: ``ddpimg.runs``), which rank 0 chooses at start.
     ``rank_is_task``: the topology's capability (srun started each rank as a Slurm task), from
     which the boot works out the rank's CPU share.
     ``log_to`` / ``tracker_options``: the trackers rank 0 writes to (``--log-to``) and the
     flags that name the run there (``ddpimg.trackers.TrackerOptions``' fields).
     """
 
-    out: str = "ddpimg-run"
+    out: str = ""
+    runs: str = DEFAULT_ROOT  # with out ""
     timeout_s: float = DEFAULT_TIMEOUT_S
     watch: bool = True
     record: bool = True

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,22 @@ def earlier_run(out: Path, script: str, resume: str) -> dict[str, Any] | None:
         "and metrics.jsonl",
         hint="use another --out, or --resume none to start over in this one",
     )
+
+
+def same_script(script: str, args: Sequence[str]) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether an earlier run's manifest is a run of ``script`` with ``args``: the same
+    configuration, for a run without ``--out`` (``ddpimg.runs``)."""
+    path, given = os.path.abspath(script), list(args)
+
+    def same(manifest: Mapping[str, Any]) -> bool:
+        recorded = manifest.get("script")
+        return (
+            isinstance(recorded, Mapping)
+            and recorded.get("path") == path
+            and recorded.get("args") == given
+        )
+
+    return same
 
 
 def _digest(path: str) -> str | None:

@@ -25,10 +25,14 @@ __all__ = ["run_training"]
 
 
 def run_training(
-    config: TrainConfig, ctx: DistContext, preemption: PreemptionWatch | None = None
+    config: TrainConfig,
+    ctx: DistContext,
+    preemption: PreemptionWatch | None = None,
+    runs: Path | None = None,
 ) -> int:
     """Train ``config.trainer`` with ``config.strategy`` in the initialised world ``ctx``,
-    continuing from a checkpoint as ``--resume`` says.
+    continuing from a checkpoint as ``--resume`` says. ``runs``: the run has no ``--out``
+    and takes a directory of its own under this root (``ddpimg.train.run_dir``).
 
     Returns 0 when the run completed, ``exitcodes.PREEMPTED`` when ``preemption`` stopped it
     after a checkpoint (manifest.json: status "preempted"). Errors propagate (a DdpimgError
@@ -39,6 +43,7 @@ def run_training(
     """
     from ddpimg import exitcodes
     from ddpimg.host import short_hostname
+    from ddpimg.runtime.flight_recorder import TRACE_DIR, enable_flight_recorder
     from ddpimg.runtime.stall import open_watch
     from ddpimg.train import startup
     from ddpimg.train.batch import BatchLayout
@@ -47,6 +52,7 @@ def run_training(
     from ddpimg.train.outputs import RunRecorder
     from ddpimg.train.pairing import check_pairing
     from ddpimg.train.preempted import Preempted
+    from ddpimg.train.run_dir import own_run_directory
     from ddpimg.train.strategies import strategy_for
     from ddpimg.train.tasks import trainer_for
 
@@ -55,6 +61,10 @@ def run_training(
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     batch = BatchLayout.of(config, ctx.world_size)  # fails before anything is written
+    if runs is not None:
+        config = own_run_directory(config, ctx, runs, os.environ, sys.stderr)
+        # Not known at init_process_group; torch reads it when NCCL's recorder first dumps.
+        enable_flight_recorder(ctx.backend, str(config.out / TRACE_DIR))
     if config.memory_snapshot and ctx.device.type != "cuda":
         raise DdpimgError(
             f"--memory-snapshot records the CUDA caching allocator, and this run is on "

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.runs.names import DEFAULT_ROOT
 from ddpimg.trackers.settings import TRACKERS, TrackerOptions
 from ddpimg.train.options import TrainerOptions, check_at_least, check_choice
 from ddpimg.train.preempt_signals import DEFAULT_SIGNALS, parse_signals
@@ -45,7 +46,9 @@ class TrainConfig:
     data: str = SYNTHETIC
     train_samples: int | None = None
     eval_samples: int | None = None
-    out: Path = Path("ddpimg-run")
+    #: ``--out``; without it the runs root, under which the run takes a directory of its own
+    #: when it starts (``ddpimg.train.run_dir``).
+    out: Path = Path(DEFAULT_ROOT)
     seed: int = 1
     deterministic: bool = False
     log_every: int = 10

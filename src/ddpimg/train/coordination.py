@@ -5,29 +5,51 @@ the others timing out in their next collective."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch.distributed as dist
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, report
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
+
+Value = TypeVar("Value")
+
+
+def decided_on_main(ctx: DistContext, decide: Callable[[], Value]) -> Value:
+    """What ``decide`` returns on rank 0, on every rank (collective: every rank calls this;
+    the value must pickle). A DdpimgError raised by it is raised again, of the same class
+    and with the same message, on every rank, each printing it first (``errors.report``):
+    its launcher may end a rank once another has exited."""
+    outcome: list[object] = [None]
+    failure: DdpimgError | None = None
+    if ctx.is_main:
+        try:
+            outcome = [("ok", decide())]
+        except DdpimgError as err:
+            failure = err
+            outcome = [("error", type(err), err.message, err.hint)]
+    if ctx.world_size > 1:
+        device = ctx.device if ctx.device.type == "cuda" else None
+        dist.broadcast_object_list(outcome, src=0, device=device)
+    decision = outcome[0]
+    if not isinstance(decision, tuple):
+        raise RuntimeError(f"rank 0 broadcast {decision!r} instead of its decision")
+    if decision[0] == "error":
+        _, kind, message, hint = decision
+        failure = failure or kind(message, hint=hint)
+        report(failure)
+        raise failure
+    value: Value = decision[1]
+    return value
 
 
 def prepare_on_main(ctx: DistContext, work: Callable[[], object]) -> None:
     """Run ``work`` on rank 0 (collective: every rank calls this). A DdpimgError raised by
     it is raised again, of the same class, on every rank."""
-    outcome: list[tuple[type[DdpimgError], str, str | None] | None] = [None]
-    if ctx.is_main:
-        try:
-            work()
-        except DdpimgError as err:
-            outcome = [(type(err), err.message, err.hint)]
-    if ctx.world_size > 1:
-        device = ctx.device if ctx.device.type == "cuda" else None
-        dist.broadcast_object_list(outcome, src=0, device=device)
-    failure = outcome[0]
-    if failure is not None:
-        kind, message, hint = failure
-        raise kind(message, hint=hint)
+
+    def done() -> None:
+        work()  # what it returns stays on rank 0
+
+    decided_on_main(ctx, done)

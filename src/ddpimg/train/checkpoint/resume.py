@@ -12,7 +12,9 @@ and broadcast, so that every rank loads the same one.
   so that they cannot be mistaken for this run's later.
 
 The chosen checkpoint must come from the same configuration (``state.fingerprint``);
-otherwise the run stops with an error naming each differing option.
+otherwise the run stops with an error naming each differing option. A run without ``--out``
+has its own directory chosen first (``ddpimg.train.run_dir``: a new one, or an earlier run of
+the same trajectory, ``same_trajectory``); these rules then apply in it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -129,11 +132,7 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
         earlier = None
     status = earlier.get("status") if isinstance(earlier, dict) else None
     arguments = earlier.get("arguments") if isinstance(earlier, dict) else None
-    if (
-        isinstance(arguments, dict)
-        and status != "completed"
-        and _trajectory(arguments) == _trajectory(arguments_json(config))
-    ):
+    if isinstance(arguments, dict) and status != "completed" and same_trajectory(arguments, config):
         print(
             f"ddpimg: warning: {manifest}: an earlier run of these options ended ({status}) "
             "before its first checkpoint; starting it over",
@@ -154,7 +153,14 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     )
 
 
-def _trajectory(arguments: dict[str, Any]) -> dict[str, Any]:
+def same_trajectory(arguments: Mapping[str, Any], config: TrainConfig) -> bool:
+    """Whether manifest.json's ``arguments`` of an earlier run are ``config``'s but for the
+    options free to change on resume (``state.FREE_TO_CHANGE``): this run may go on with
+    that run's trajectory."""
+    return _trajectory(arguments) == _trajectory(arguments_json(config))
+
+
+def _trajectory(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in arguments.items() if key not in FREE_TO_CHANGE}
 
 

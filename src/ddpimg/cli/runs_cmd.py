@@ -1,0 +1,45 @@
+"""``ddpimg runs [--root DIR] [--json]``: the runs under the runs root (``./runs``, or
+``$DDPIMG_RUNS``), oldest first: name, status, steps, loss (final, or the newest logged),
+start and directory, the one ``runs/latest`` points at marked ``*`` (``ddpimg.runs.table``).
+No torch is imported: it answers at once on a login node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ddpimg import exitcodes
+from ddpimg.runs.names import LATEST, RUNS_VARIABLE, runs_root
+from ddpimg.runs.records import list_runs
+from ddpimg.runs.table import local_rows, render, shown
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help=f"the runs root to list (default: ${RUNS_VARIABLE}, else ./runs)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object a run, a line each, instead"
+    )
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    root = args.root if args.root is not None else runs_root(os.environ)
+    try:
+        latest: str | None = os.readlink(root / LATEST)
+    except OSError:
+        latest = None
+    rows = local_rows(list_runs(root), latest)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row.to_json()))
+    elif rows:
+        print(render(rows))
+    else:
+        print(f"no runs in {shown(str(root))} (train without --out starts one there)")
+    return exitcodes.OK

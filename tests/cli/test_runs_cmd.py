@@ -1,0 +1,70 @@
+"""``ddpimg runs``: the runs under the runs root, as a table or JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddpimg.cli import main
+from tests.runs.test_records import SUMMARY, TRAIN, make_run
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DDPIMG_RUNS", raising=False)
+    make_run(tmp_path / "runs" / "mnist-20261129-031500", "completed", [*TRAIN, SUMMARY])
+    make_run(tmp_path / "runs" / "mnist-20261129-041500", "interrupted", TRAIN)
+    (tmp_path / "runs" / "latest").symlink_to("mnist-20261129-041500")
+    return Path("runs")
+
+
+def test_the_table_says_status_steps_loss_and_directory(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["runs"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "  run                    status       steps    loss  started               directory",
+        "  mnist-20261129-031500  completed        3    0.66  2026-11-29T03:15:00Z  "
+        "runs/mnist-20261129-031500",
+        "* mnist-20261129-041500  interrupted      3  0.6667  2026-11-29T03:15:00Z  "
+        "runs/mnist-20261129-041500",
+    ]
+
+
+def test_json_lines_for_scripts(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["name"], r["status"], r["steps"], r["latest"]) for r in rows] == [
+        ("mnist-20261129-031500", "completed", 3, False),
+        ("mnist-20261129-041500", "interrupted", 3, True),
+    ]
+    assert rows[0]["loss"] == 0.66
+    assert rows[0]["directory"] == "runs/mnist-20261129-031500"
+
+
+def test_another_root_and_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDPIMG_RUNS", str(tmp_path / "scratch"))
+    assert main(["runs"]) == 0
+    assert capsys.readouterr().out == (
+        f"no runs in {tmp_path}/scratch (train without --out starts one there)\n"
+    )
+    make_run(tmp_path / "elsewhere" / "gpt-7", "running", TRAIN)
+    assert main(["runs", "--root", "elsewhere"]) == 0
+    assert "gpt-7  running" in capsys.readouterr().out
+
+
+def test_names_that_could_drive_a_terminal_are_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "runs" / "x\x1b[2Jy", "completed", [SUMMARY])
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "x\\x1b[2Jy" in out
