@@ -240,7 +240,10 @@ def edit_manifest(directory: Path, **changes: Any) -> None:
         ({"format": 2}, r"universal.json is not a format-1 universal checkpoint"),
         ({"stage": 0}, r"universal.json has an invalid 'stage'"),
         ({"state_keys": ["../../x"]}, r"universal.json has an invalid 'state_keys'"),
-        ({"shapes": {"w": [2, 3], "b": [6]}}, r"b has shape \[5\], not \[6\]"),
+        (
+            {"shapes": {"w": [2, 3], "b": [6]}},
+            r"fp32.safetensors: b is F32 of shape \[5\], not F32 of shape \[6\]",
+        ),
         ({"shapes": {"w": [2, 3]}}, r"fp32.safetensors lacks \[\] or holds \['b'\]"),
         ({"groups": [{"hyper": {}}]}, r"universal.json has an invalid 'groups'"),
     ],
@@ -266,3 +269,20 @@ def test_a_manifest_that_is_not_json_is_named(tmp_path: Path) -> None:
     (directory / du.MANIFEST).write_text("[" * 100_000)
     with pytest.raises(DdpimgError, match=r"universal.json cannot be read"):
         du.read(directory)
+
+
+def test_a_tensor_of_another_dtype_is_named_before_it_is_read(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    directory = written(tmp_path)
+    save_file({"w": W.double(), "b": B}, str(directory / "state.exp_avg.safetensors"))
+    with pytest.raises(DdpimgError, match=r"state.exp_avg.safetensors: w is F64 of shape \[2, 3\]"):
+        du.read(directory)
+
+
+def test_read_back_a_tensor_is_loaded_when_asked_for(tmp_path: Path) -> None:
+    back = du.read(written(tmp_path))
+    assert sorted(back.fp32) == ["b", "w"]
+    assert torch.equal(back.fp32["w"], W)
+    with pytest.raises(KeyError):
+        back.fp32["absent"]

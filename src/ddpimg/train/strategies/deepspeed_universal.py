@@ -33,6 +33,7 @@ optimizer state, which DeepSpeed loads on any world size.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -106,13 +107,15 @@ class Universal:
     """A DeepSpeed run's state with no world size in it. ``fp32`` and each of ``state``'s
     maps hold every parameter, by name, in its full shape; ``groups`` follow the optimizer's
     param groups in order; ``counters`` are the engine's (global_steps, global_samples,
-    skipped_steps); ``loss_scale`` the fp16 dynamic scaler's values (empty without fp16)."""
+    skipped_steps); ``loss_scale`` the fp16 dynamic scaler's values (empty without fp16).
+    Read back (``read``), ``fp32`` and ``state`` load each tensor when it is asked for: a
+    rank holds one parameter's full tensor at a time, not the whole model's."""
 
     source_world_size: int
     stage: int
     shapes: dict[str, tuple[int, ...]]
-    fp32: dict[str, torch.Tensor]
-    state: dict[str, dict[str, torch.Tensor]]
+    fp32: Mapping[str, torch.Tensor]
+    state: Mapping[str, Mapping[str, torch.Tensor]]
     groups: list[GroupState]
     buffers: dict[str, torch.Tensor]
     counters: dict[str, int]
@@ -151,10 +154,7 @@ def convert(tag: Path) -> Universal:
         state=state,
         groups=_groups(partitions[0], stage),
         buffers=_buffers(tag, states),
-        counters={
-            key: _count(tag, states, key)
-            for key in ("global_steps", "global_samples", "skipped_steps")
-        },
+        counters={key: _count(tag, states, key) for key in COUNTERS},
         loss_scale=_loss_scale(partitions[0].state),
     )
 
@@ -482,9 +482,9 @@ def write(universal: Universal, directory: Path) -> None:
     staging = directory.with_name(f".{directory.name}.{secrets.token_hex(4)}.tmp")
     staging.mkdir()
     try:
-        save_file(universal.fp32, str(staging / FP32))
+        save_file(dict(universal.fp32), str(staging / FP32))
         for key, values in universal.state.items():
-            save_file(values, str(staging / f"{STATE_PREFIX}{key}.safetensors"))
+            save_file(dict(values), str(staging / f"{STATE_PREFIX}{key}.safetensors"))
         scalars = {
             f"{index}/{key}": value.reshape(1)
             for index, group in enumerate(universal.groups)
@@ -514,21 +514,16 @@ def write(universal: Universal, directory: Path) -> None:
 
 
 def read(directory: Path) -> Universal:
-    """The ``Universal`` that ``write`` wrote to ``directory``, checked: a DdpimgError names
-    the file and what is wrong."""
+    """The ``Universal`` that ``write`` wrote to ``directory``, checked before use (every
+    file's names, and the per-parameter tensors' shapes and dtype from their headers): a
+    DdpimgError names the file and what is wrong."""
     manifest = _manifest(directory)
     shapes = {name: tuple(shape) for name, shape in manifest["shapes"].items()}
-    fp32 = _tensors(directory / FP32, set(shapes))
+    fp32 = _LazyTensors(directory / FP32, shapes)
     state = {
-        key: _tensors(directory / f"{STATE_PREFIX}{key}.safetensors", set(shapes))
+        key: _LazyTensors(directory / f"{STATE_PREFIX}{key}.safetensors", shapes)
         for key in manifest["state_keys"]
     }
-    for values in (fp32, *state.values()):
-        for name, shape in shapes.items():
-            if tuple(values[name].shape) != shape:
-                raise bad(
-                    directory, f"{name} has shape {list(values[name].shape)}, not {list(shape)}"
-                )
     names = {f"{i}/{key}" for i, group in enumerate(manifest["groups"]) for key in group["scalars"]}
     scalars = _tensors(directory / SCALARS, names)
     groups = [
@@ -550,6 +545,60 @@ def read(directory: Path) -> Universal:
         counters=manifest["counters"],
         loss_scale=manifest["loss_scale"],
     )
+
+
+class _LazyTensors(Mapping[str, "torch.Tensor"]):
+    """A safetensors file of one float32 tensor per parameter, checked against ``shapes``
+    from its header when made; each tensor is read when it is asked for."""
+
+    def __init__(self, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.path = path
+        with _opened(path) as handle:
+            names = set(handle.keys())
+            _same_names(path, names, set(shapes))
+            for name, shape in shapes.items():
+                piece = handle.get_slice(name)
+                found = (tuple(piece.get_shape()), piece.get_dtype())
+                if found != (shape, "F32"):
+                    raise bad(
+                        path.parent,
+                        f"{path.name}: {name} is {found[1]} of shape {list(found[0])}, not "
+                        f"F32 of shape {list(shape)}",
+                    )
+        self._names = sorted(shapes)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._names:
+            raise KeyError(name)
+        with _opened(self.path) as handle:
+            tensor: torch.Tensor = handle.get_tensor(name)
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[Any]:
+    """safetensors' ``safe_open`` of ``path``; a file that is not one is a DdpimgError."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise bad(path.parent, f"{path.name} is missing or not a file")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            yield handle
+    except (SafetensorError, OSError, ValueError) as err:
+        raise bad(path.parent, f"{path.name} is not a safetensors file ({err})") from err
+
+
+def _same_names(path: Path, found: set[str], expected: set[str]) -> None:
+    if found != expected:
+        missing, extra = sorted(expected - found), sorted(found - expected)
+        raise bad(path.parent, f"{path.name} lacks {missing[:3]} or holds {extra[:3]}")
 
 
 def _manifest(directory: Path) -> dict[str, Any]:
@@ -602,20 +651,11 @@ def _is_group(value: Any) -> bool:
 
 
 def _tensors(path: Path, names: set[str]) -> dict[str, torch.Tensor]:
-    """The tensors of the safetensors file ``path``, which must hold exactly ``names``."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not path.is_file():
-        raise bad(path.parent, f"{path.name} is missing or not a file")
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise bad(path.parent, f"{path.name} is not a safetensors file ({err})") from err
-    if set(tensors) != names:
-        missing, extra = sorted(names - set(tensors)), sorted(set(tensors) - names)
-        raise bad(path.parent, f"{path.name} lacks {missing[:3]} or holds {extra[:3]}")
-    return tensors
+    """The tensors of the small safetensors file ``path`` (scalars, buffers), which must hold
+    exactly ``names``."""
+    with _opened(path) as handle:
+        _same_names(path, set(handle.keys()), names)
+        return {name: handle.get_tensor(name) for name in names}
 
 
 def make_universal(engine_checkpoint: Path, tag: str) -> None:
