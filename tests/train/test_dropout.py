@@ -38,6 +38,16 @@ def test_rank_rows_equal_the_single_process_rows(world_size: int) -> None:
         assert torch.equal(mine, single[rank * rows : (rank + 1) * rows])
 
 
+def test_a_pass_draws_only_its_own_rows() -> None:
+    """A micro-batch of 2 rows of a global batch of 10^12: drawn whole, its mask would not
+    fit in any memory; per row it is two rows' draws, those of its place in the batch."""
+    x = torch.ones(2, 1000)
+    far = dropped(x, 0.5, step=2, offset=10**12 - 2, global_batch=10**12)
+    assert far.shape == (2, 1000)
+    near = dropped(torch.ones(4, 1000), 0.5, step=2, offset=10**12 - 4, global_batch=10**12)
+    assert torch.equal(far, near[2:])
+
+
 def test_kept_units_are_scaled_and_about_p_are_dropped() -> None:
     x = torch.ones(64, 100)
     out = dropped(x, 0.25, step=1, offset=0, global_batch=64)

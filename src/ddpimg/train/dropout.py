@@ -2,11 +2,14 @@
 over ranks.
 
 ``torch.nn.Dropout`` draws from the rank's own RNG stream, so 1 process and N processes drop
-different units and their losses part ways. ``GlobalBatchDropout`` instead draws the mask of
-the whole global batch from a generator seeded by (seed, step, layer) and applies the rows
-of this rank's slice: the same sample at the same step gets the same mask on any topology.
-Every rank draws the full global mask (cheap next to the forward pass for the bundled
-trainers, and it is what makes the result independent of the split).
+different units and their losses part ways. ``GlobalBatchDropout`` instead draws each
+sample's mask from a generator seeded by (seed, step, layer, the sample's row in the global
+batch): the same sample at the same step gets the same mask on any topology and in any
+micro-batch. A forward pass draws only its own rows, so the cost follows the micro-batch,
+not the global batch (a rank of 64 or a pass of 16 accumulated ones would otherwise draw the
+whole batch's mask again and again). Masks drawn whole for the global batch, as ddpimg did
+before 2026-11-29, were other numbers: a run resumed across that change continues with
+other masks.
 ``GlobalStochasticDepth`` does the same for torchvision's ``StochasticDepth`` (a residual
 branch dropped per sample, or for the whole batch), which ConvNeXt, EfficientNet, Swin and
 others use.
@@ -97,8 +100,9 @@ class GlobalStochasticDepth(nn.Module):
 def rank_draws(
     context: DropoutContext, layer: int, x: torch.Tensor, tail: tuple[int, ...] | torch.Size
 ) -> torch.Tensor:
-    """Uniform draws of shape (global batch, *tail) for ``layer`` at the current step, cut to
-    this rank's rows of ``x`` (its first dimension)."""
+    """Uniform draws of shape (rows of ``x``, *tail) for ``layer`` at the current step: row i
+    is the draw of global row offset + i, from a generator of its own, the same wherever
+    that row is computed."""
     position = context.position
     if position is None:
         raise RuntimeError("a global-batch random layer ran in training mode before a position")
@@ -108,8 +112,13 @@ def rank_draws(
             f"rows {position.offset}..{position.offset + rows} are outside the global "
             f"batch of {position.global_batch}"
         )
-    draws = _generated(context, layer, x.device, (position.global_batch, *tail))
-    return draws[position.offset : position.offset + rows]
+    generator = torch.Generator(device=x.device)
+    draws = torch.empty((rows, *tail), device=x.device)
+    for index in range(rows):
+        row = position.offset + index
+        generator.manual_seed(derive_seed(context.seed, "dropout", position.step, layer, row))
+        torch.rand(tuple(tail), generator=generator, device=x.device, out=draws[index])
+    return draws
 
 
 def _generated(
