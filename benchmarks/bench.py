@@ -17,6 +17,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
   at two dataset sizes; resnet18 on files vs synthetic data.
 * ``gpu``: the GPU figures; skipped with a line in the table when no CUDA device is visible.
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
+* ``accumulation``: samples/s with micro-batches accumulated vs one batch of their size; peak
+  memory against the number of micro-batches.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--out benchmarks/results] [--markdown FILE]
@@ -42,6 +44,7 @@ from typing import Any
 
 from parts import (
     ab,
+    accumulation,
     data,
     env,
     gpu,
@@ -71,6 +74,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "data": lambda ns: data.run(ns.repeats),
     "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
     "tokens": lambda ns: tokens.run(ns.repeats),
+    "accumulation": lambda ns: accumulation.run(ns.repeats),
 }
 
 

@@ -124,3 +124,22 @@ def interleaved(
         rounds.append(results)
         log(f"{label} round {repeat + 1}/{repeats} ({' then '.join(order)}): {results}")
     return rounds
+
+
+def peak_rss_kib(command: list[str]) -> tuple[dict[str, Any], int]:
+    """Run ``command`` and read its peak resident set from ``wait4`` (per child)."""
+    env = dict(os.environ, MASTER_PORT=str(free_port()))
+    with open(os.devnull, "wb") as sink:
+        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE)
+        assert process.stderr is not None
+        err = process.stderr.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(command)} exited {process.returncode}:\n{err.decode()[-3000:]}"
+        )
+    out_dir = Path(command[command.index("--out") + 1])
+    lines = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = next(line for line in lines if line["kind"] == "summary")
+    return summary, int(usage.ru_maxrss)

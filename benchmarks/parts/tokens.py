@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from parts.common import PYTHON, Row, free_port, interleaved, log
+from parts.common import PYTHON, Row, interleaved, log, peak_rss_kib
 
 SEQ_LEN, BATCH, STEPS, WARMUP = 64, 32, 300, 30
 RSS_SIZES = (2_000_000, 40_000_000)
@@ -85,25 +84,6 @@ def train_command(data: str, out: Path, steps: int, warmup: int) -> list[str]:
         "--warmup-steps", str(warmup), "--log-every", str(steps), "--epochs", "1",
         "--eval-samples", "64", "--out", str(out), "--resume", "none",
     ]  # fmt: skip
-
-
-def peak_rss_kib(command: list[str]) -> tuple[dict[str, Any], int]:
-    """Run ``command`` and read its peak resident set from ``wait4`` (per child)."""
-    env = dict(os.environ, MASTER_PORT=str(free_port()))
-    with open(os.devnull, "wb") as sink:
-        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE)
-        assert process.stderr is not None
-        err = process.stderr.read()
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(command)} exited {process.returncode}:\n{err.decode()[-3000:]}"
-        )
-    out_dir = Path(command[command.index("--out") + 1])
-    lines = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    summary = next(line for line in lines if line["kind"] == "summary")
-    return summary, int(usage.ru_maxrss)
 
 
 def throughput(repeats: int, scratch: Path) -> tuple[list[Row], dict[str, Any]]:
