@@ -87,8 +87,11 @@ def test_steady_throughput_is_preferred(tmp_path: Path) -> None:
         (lambda p: None, r"run directory {p} does not exist"),
         (lambda p: p.mkdir(), r"run directory {p} has no metrics.jsonl\n  hint: give the --out"),
         (
-            lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text('{"kind": "train"}\n{oops\n')),
-            r"{p}/metrics.jsonl:2: not a JSON object",
+            lambda p: (
+                p.mkdir(),
+                (p / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 1}\n{oops\n'),
+            ),
+            r"{p}/metrics.jsonl:2: not JSON \(Expecting property name",
         ),
         (
             lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text("[1, 2]\n")),

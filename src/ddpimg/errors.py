@@ -13,6 +13,23 @@ from typing import TextIO
 PREFIX = "ddpimg: error: "
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\n``,
+    ``\\x1b``, ``\\u202e``): a file or member name from someone else's data reaches the
+    terminal as text, never as a cursor move, a colour, a second line or reversed writing.
+    Surrogates (bytes of a name that are not UTF-8) become ``\\xNN`` too."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's stand-in for an undecodable byte
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1]
+
+
 def with_hint(message: str, hint: str | None) -> str:
     """``message`` followed by an indented ``hint:`` line, as every user error reads."""
     return f"{message}\n  hint: {hint}" if hint else message
@@ -20,9 +37,20 @@ def with_hint(message: str, hint: str | None) -> str:
 
 def report(message: object, hint: str | None = None, stream: TextIO | None = None) -> None:
     """Print ``ddpimg: error: <message>`` (and the hint) and flush: the caller may exit at
-    once, even by ``os._exit``, which flushes nothing."""
+    once, even by ``os._exit``, which flushes nothing. Message and hint are ``printable``:
+    they may quote names from files someone else made."""
     target = sys.stderr if stream is None else stream
-    print(PREFIX + with_hint(str(message), hint), file=target, flush=True)
+    if isinstance(message, DdpimgError) and hint is None:
+        hint = message.hint
+        message = message.message
+    text = with_hint(printable(str(message)), None if hint is None else printable(hint))
+    print(PREFIX + text, file=target, flush=True)
+
+
+def warn(message: str, stream: TextIO | None = None) -> None:
+    """Print ``ddpimg: warning: <message>``, ``printable``, and flush."""
+    target = sys.stderr if stream is None else stream
+    print(f"ddpimg: warning: {printable(message)}", file=target, flush=True)
 
 
 # Not a ValueError: a broad ``except ValueError`` around library code (a checkpoint load, a

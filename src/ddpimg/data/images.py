@@ -23,6 +23,10 @@ import numpy as np
 from ddpimg.errors import DataError
 
 SPLITS = ("train", "val")
+# The most classes a dataset may have (ImageNet-21k has 21,841): a label is a class number
+# below it. A shard names its labels by number, so without the bound a 20 KB file saying
+# 100000000 would make 10^8 class names, and a model output as wide.
+MAX_CLASSES = 100_000
 # torchvision's IMG_EXTENSIONS, compared without case: what ImageFolder takes for an image.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 INDEX_DIR = ".ddpimg-index"

@@ -30,7 +30,6 @@ random access (``WindowReader``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
@@ -40,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ddpimg.errors import DataError
+from ddpimg.untrusted import read_json
 
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -47,6 +47,11 @@ GPT2_VOCABULARY = 50257
 LLAMA3_VOCABULARY = 128256
 # ``ddpimg data tokenize`` writes this beside its shards: the tokenizer and its vocabulary.
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE_LIMIT = 1 << 20  # ddpimg writes a line of about 100 bytes
+# The largest vocabulary a dataset or a model may have: four times the largest in use
+# (262,144 tokens). A model's embedding has a row per token, so a record saying 10^12 would
+# otherwise ask for terabytes before the first step.
+MAX_VOCABULARY = 1 << 20
 # Shard files kept open per process; older ones are closed first (the limit on open files
 # is often 1024).
 OPEN_SHARDS = 128
@@ -256,14 +261,17 @@ def declared_vocabulary(splits: TokenSplits) -> Vocabulary:
     """The data's vocabulary: ``tokenizer.json`` beside the first training shard (``ddpimg
     data tokenize`` writes it), else the format's tokenizer's."""
     path = splits.train[0].path.parent / TOKENIZER_FILE
-    if path.is_file():
+    if path.exists():
         try:
-            recorded = json.loads(path.read_text(encoding="utf-8"))
+            recorded = read_json(path, TOKENIZER_FILE_LIMIT)
             size = int(recorded["vocabulary"])
             eot = recorded.get("eot_token")
             eot = None if eot is None else int(eot)
-            if size <= 0 or (eot is not None and not 0 <= eot < size):
-                raise ValueError(f"vocabulary {size}, end-of-text token {eot}")
+            if not 0 < size <= MAX_VOCABULARY or (eot is not None and not 0 <= eot < size):
+                raise ValueError(
+                    f"vocabulary {size}, end-of-text token {eot} (a vocabulary has 1 to "
+                    f"{MAX_VOCABULARY:,} tokens)"
+                )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise DataError(
                 f"--data: {path} cannot be read as ddpimg's tokenizer record ({err})",
