@@ -84,6 +84,11 @@ class RendezvousError(DdpimgError):
     """Ranks could not meet: missing ranks, unreachable master, timeouts."""
 
 
+class StartStopped(DdpimgError):
+    """A preemption signal (SIGTERM, SIGUSR2) arrived while the ranks were starting: they
+    stop there, with nothing to checkpoint, and the job can be requeued."""
+
+
 class RankLostError(DdpimgError):
     """During training a rank stopped reporting, failed or fell behind, and the others gave
     up on it. ``details`` is the JSON-ready verdict that manifest.json records."""

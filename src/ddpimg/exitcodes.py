@@ -7,7 +7,7 @@ records in manifest.json both come from ``for_error``.
 
 from __future__ import annotations
 
-from ddpimg.errors import DdpimgError, RankLostError, RendezvousError
+from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, StartStopped
 from ddpimg.optional import missing_package
 
 OK = 0
@@ -30,6 +30,8 @@ def for_error(err: BaseException) -> int:
         return RENDEZVOUS_FAILED
     if isinstance(err, RankLostError):
         return RANK_LOST
+    if isinstance(err, StartStopped):
+        return PREEMPTED
     if isinstance(err, DdpimgError) or missing_package(err) is not None:
         return USAGE
     if isinstance(err, SystemExit):

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +79,9 @@ def _publish_master(options: ScriptOptions) -> None:
     os.environ["MASTER_ADDR"] = broadcast_master_address(profile, short_hostname())
 
 
-def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
+def _meet(
+    options: ScriptOptions, rank: int, world_size: int, stop: Callable[[], str | None]
+) -> Store:
     """Open (rank 0: host) the rendezvous store and check in; bounded by ``--timeout``."""
     from ddpimg.host import short_hostname
     from ddpimg.runtime.rendezvous import join, open_store
@@ -96,6 +98,7 @@ def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
         hostname=short_hostname(),
         timeout_s=options.timeout_s,
         host_of_rank=lambda r: hosts[r // per_node] if per_node else None,
+        stop=stop,
     )
     return store
 
@@ -243,7 +246,9 @@ class Boot:
             _publish_master(options)
         key = None
         if self.world_size > 1:
-            self.store = _meet(options, self.rank, self.world_size)
+            self.store = _meet(
+                options, self.rank, self.world_size, lambda: runtime.preemption.received
+            )
             key = _job_key(options, self.store, self.rank, self.world_size)
         runtime.continuing, previous = _continuing(options, path, self.rank, self.store, key)
         if self.rank == 0 and options.record:
