@@ -88,8 +88,8 @@ def test_auto_takes_the_newest_valid_and_names_each_skipped(
     assert resume.in_out
     assert stream.getvalue().splitlines() == [
         f"ddpimg: warning: skipping checkpoint {root}/step-00000008: complete.json is "
-        "unreadable (Expecting property name enclosed in double quotes: line 1 column 2 "
-        "(char 1))",
+        "unreadable (not JSON (Expecting property name enclosed in double quotes at line 1, "
+        "column 2))",
         f"ddpimg: warning: skipping checkpoint {root}/step-00000006: loop.json has 2 bytes, "
         f"complete.json says {size} (truncated?)",
         f"ddpimg: resuming from {root}/step-00000004 (epoch 1, step 4)",

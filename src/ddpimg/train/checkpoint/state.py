@@ -239,6 +239,25 @@ def capture_rng() -> dict[str, Any]:
     return state
 
 
+def rng_mismatch(state: Any) -> str | None:
+    """Where ``state`` (an RNG file's content) differs from what ``capture_rng`` writes, or
+    None. CUDA states, present only where CUDA ran, are checked when there."""
+    import torch
+
+    from ddpimg.train.checkpoint.structure import mismatch
+
+    template = {key: value for key, value in capture_rng().items() if key != "cuda"}
+    if not isinstance(state, dict):
+        return mismatch(state, template)
+    cuda = state.get("cuda")
+    if cuda is not None and not (
+        isinstance(cuda, list)
+        and all(isinstance(item, torch.Tensor) and item.dtype == torch.uint8 for item in cuda)
+    ):
+        return "cuda: not a list of CUDA generator states"
+    return mismatch({key: value for key, value in state.items() if key != "cuda"}, template)
+
+
 def restore_rng(state: dict[str, Any]) -> None:
     """Undo ``capture_rng``; CUDA states are restored for the devices both runs have."""
     import numpy
