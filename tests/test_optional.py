@@ -66,10 +66,20 @@ def test_only_optional_packages_are_user_errors() -> None:
             # Imported by the resnet trainer's image decoding (issue 47: its absence was a
             # ModuleNotFoundError traceback).
             "simplejpeg",
-            ["train", "resnet", "--data", "{tree}", "--max-steps", "1", "--image-size", "32",
-             "--global-batch-size", "2"],
+            [
+                "train",
+                "resnet",
+                "--data",
+                "{tree}",
+                "--max-steps",
+                "1",
+                "--image-size",
+                "32",
+                "--global-batch-size",
+                "2",
+            ],
             "simplejpeg ... pip install 'ddpimg[train]'",
-        ),  # fmt: skip
+        ),
         (
             "tiktoken",
             ["data", "tokenize", "{src}", "{dst}", "--tokenizer", "gpt2"],

@@ -89,7 +89,9 @@ def test_steady_throughput_is_preferred(tmp_path: Path) -> None:
         (
             lambda p: (
                 p.mkdir(),
-                (p / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 1}\n{oops\n'),
+                (p / "metrics.jsonl").write_text(
+                    '{"kind": "train", "step": 1, "loss": 1}\n{oops\n'
+                ),
             ),
             r"{p}/metrics.jsonl:2: not JSON \(Expecting property name",
         ),
