@@ -91,13 +91,22 @@ class StartStopped(DdpimgError):
 
 class RankLostError(DdpimgError):
     """During training a rank stopped reporting, failed or fell behind, and the others gave
-    up on it. ``details`` is the JSON-ready verdict that manifest.json records."""
+    up on it. ``details`` is the JSON-ready verdict that manifest.json records. ``raised``:
+    every rank named failed by an error of its own (it published it and exited): then the
+    run failed (exit status 1, like that rank's), no rank was lost, and a requeue would only
+    meet the same error again."""
 
     def __init__(
-        self, message: str, hint: str | None = None, details: dict[str, object] | None = None
+        self,
+        message: str,
+        hint: str | None = None,
+        details: dict[str, object] | None = None,
+        *,
+        raised: bool = False,
     ) -> None:
         super().__init__(message, hint)
         self.details = details or {}
+        self.raised = raised
 
 
 class JobError(DdpimgError):

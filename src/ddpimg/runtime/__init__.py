@@ -26,7 +26,7 @@ from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
-from ddpimg.runtime.rendezvous import Stop, join, open_store
+from ddpimg.runtime.rendezvous import Stop, agent_store, join, open_store
 from ddpimg.runtime.stall import watch_enabled
 from ddpimg.runtime.stall.watch import NCCL_EXTRA_S
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
@@ -116,7 +116,7 @@ def initialize(
     if device is None:
         device = bind_device(topo.local_rank, topo.local_world_size, devices_per_rank)
     chosen = default_backend(device, backend or plan.site.backend)
-    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    use_agent_store = agent_store(os.environ)
     enable_flight_recorder(chosen, trace_dir)
     port = rendezvous_port(plan)
     store = open_store(master, port, topo.rank, timeout_s, use_agent_store)

@@ -19,7 +19,7 @@ import errno
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,12 @@ Stop = Callable[[], "str | None"]
 
 def _never() -> str | None:
     return None
+
+
+def agent_store(env: Mapping[str, str]) -> bool:
+    """Whether torchrun's agent serves the rendezvous store (``--nproc-per-node``, torchrun):
+    then rank 0 only connects to it, and the store outlives the workers."""
+    return env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
 
 
 def open_store(
