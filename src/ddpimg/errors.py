@@ -7,6 +7,7 @@ stderr) and exits with ``exitcodes.for_error(err)``.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TextIO
 
@@ -30,6 +31,17 @@ def _escape(char: str) -> str:
     return repr(char)[1:-1]
 
 
+def printable_lines(text: str) -> str:
+    """``printable``, except a line break followed by an indentation of two spaces: the
+    continuation lines ddpimg's own messages use (a list of problems, a hint). A break
+    anywhere else is escaped, so no text quoted in a message can start a line of its own
+    (a fake ``ddpimg: error:``)."""
+    return "\n".join(printable(part) for part in _CONTINUATION.split(text))
+
+
+_CONTINUATION = re.compile(r"\n(?=  )")
+
+
 def with_hint(message: str, hint: str | None) -> str:
     """``message`` followed by an indented ``hint:`` line, as every user error reads."""
     return f"{message}\n  hint: {hint}" if hint else message
@@ -37,13 +49,13 @@ def with_hint(message: str, hint: str | None) -> str:
 
 def report(message: object, hint: str | None = None, stream: TextIO | None = None) -> None:
     """Print ``ddpimg: error: <message>`` (and the hint) and flush: the caller may exit at
-    once, even by ``os._exit``, which flushes nothing. Message and hint are ``printable``:
-    they may quote names from files someone else made."""
+    once, even by ``os._exit``, which flushes nothing. Message and hint are made printable
+    (``printable_lines``): they may quote names from files someone else made."""
     target = sys.stderr if stream is None else stream
     if isinstance(message, DdpimgError) and hint is None:
         hint = message.hint
         message = message.message
-    text = with_hint(printable(str(message)), None if hint is None else printable(hint))
+    text = with_hint(printable_lines(str(message)), None if hint is None else printable(hint))
     print(PREFIX + text, file=target, flush=True)
 
 

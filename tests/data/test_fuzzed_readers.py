@@ -23,11 +23,9 @@ import contextlib
 import io
 import json
 import re
-import signal
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -49,6 +47,7 @@ from ddpimg.data.tokenshards import (
 )
 from ddpimg.errors import DataError
 from tests.datagen import make_image_tree, write_shards
+from tests.hangguard import hang_guard as guard
 
 HANG_GUARD_S = 10.0
 FUZZ = settings(
@@ -60,24 +59,8 @@ FUZZ = settings(
 T = TypeVar("T")
 
 
-class HangGuardError(AssertionError):
-    pass
-
-
-@contextlib.contextmanager
-def hang_guard(what: str) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise HangGuardError(
-            f"hang guard: {what} did not end within {HANG_GUARD_S} s (it takes milliseconds)"
-        )
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, HANG_GUARD_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def hang_guard(what: str) -> contextlib.AbstractContextManager[None]:
+    return guard(what, HANG_GUARD_S)
 
 
 def outcome(path: Path, read: Callable[[], T]) -> T | DataError:
@@ -247,6 +230,45 @@ def test_labels_that_are_not_class_numbers_are_named(tmp_path: Path, label: byte
     result = outcome(path, lambda: tarshards.scan_shard(path))
     assert isinstance(result, DataError)
     assert "not a class number" in result.message
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        (b"99999999999", r"holds 99999999999, a class number above 99,999"),
+        (b"100000000", r"holds 100000000, a class number above 99,999"),
+        (b"100000", r"holds 100000, a class number above 99,999"),
+    ],
+)
+def test_a_class_number_beyond_any_dataset_is_refused_unbuilt(
+    tmp_path: Path, label: bytes, message: str
+) -> None:
+    """A 20 KB shard whose label said 100000000 made 10^8 class names (and a model output
+    as wide); 99999999999 overflowed the index's int32 column with a traceback. Refused
+    while the shard is scanned, before anything is built (tracemalloc's peak)."""
+    import tracemalloc
+
+    path = tmp_path / "train-000000.tar"
+    raw = header(b"a.cls", b"%011o" % len(label), b"0") + with_data(label)
+    path.write_bytes(header(b"a.jpg", b"0", b"0") + raw + bytes(2 * BLOCK))
+    tracemalloc.start()
+    try:
+        result = outcome(path, lambda: tarshards.scan_shard(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(result, DataError)
+    assert re.search(message, result.message), result.message
+    assert peak < 1 << 20, peak
+
+
+def test_a_member_name_is_shown_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "train-000000.tar"
+    raw = header(b"a\x1b[2J\n.cls", b"%011o" % 1, b"0") + with_data(b"x")
+    path.write_bytes(raw + bytes(2 * BLOCK))
+    result = outcome(path, lambda: tarshards.scan_shard(path))
+    assert isinstance(result, DataError)
+    assert ":a\\x1b[2J\\n.cls holds 'x', not a class number" in result.message
 
 
 def test_the_valid_shards_read_whole(tmp_path: Path) -> None:
