@@ -124,7 +124,7 @@ def _check_record(record: dict[str, Any]) -> None:
     fields = _READ.get(record["kind"]) if isinstance(record["kind"], str) else None
     if fields is None:
         return
-    if record["kind"] == "train" and ("step" not in record or record.get("loss") is None):
+    if record["kind"] == "train" and (record.get("step") is None or record.get("loss") is None):
         raise BadInput("a train line needs 'step' and 'loss'")
     for key, (kind, least) in fields.items():
         value = record.get(key)
@@ -166,6 +166,14 @@ def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None)
     return positions
 
 
+def _eval_position(record: dict[str, Any]) -> float:
+    """An eval line's epoch; its step for a script that logs none; 0 for neither."""
+    for key in ("epoch", "step"):
+        if record.get(key) is not None:
+            return float(record[key])
+    return 0.0
+
+
 def _accuracy(record: dict[str, Any]) -> float:
     """An eval line's accuracy; NaN (not drawn) for a script that evaluates none."""
     value = record.get("accuracy")
@@ -188,7 +196,7 @@ def read_run(path: Path) -> Run:
         world_size=world_size,
         train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
         eval=[
-            (float(r.get("epoch", r.get("step", 0))), float(r["loss"]), _accuracy(r))
+            (_eval_position(r), float(r["loss"]), _accuracy(r))
             for r in records
             if r["kind"] == "eval" and r.get("loss") is not None
         ],

@@ -9,12 +9,12 @@ is damaged is not trusted (read as absent, so it is rebuilt). Nothing else may e
 ``ValueError`` from a number that does not parse, no ``IndexError`` from a cut record, no
 loop that does not end.
 
-The bound is a hang guard, not a verdict on speed: every example here takes milliseconds
-(the whole module runs in a few seconds on two cores); ``HANG_GUARD_S`` is hundreds of times
-that, and an example stopped by it fails saying so. Found by this test and fixed: a pax
-record of length 0 looped forever; a non-octal size or checksum, a pax record without a
-space, an over-long length field and a "²" label escaped as ValueErrors; a damaged index
-whose columns disagree in length was used.
+The bounds (``tests.fuzz``) are a hang guard, not a verdict on speed (every example here
+takes milliseconds; ``HANG_GUARD_S`` is hundreds of times that, and an example stopped by it
+fails saying so), and a peak of allocated memory far above what a few KiB of input needs.
+Found by this test and fixed: a pax record of length 0 looped forever; a non-octal size or
+checksum, a pax record without a space, an over-long length field and a "²" label escaped
+as ValueErrors; a damaged index whose columns disagree in length was used.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ddpimg.data import imagefolder, tarshards, tokenindex
@@ -47,15 +47,9 @@ from ddpimg.data.tokenshards import (
 )
 from ddpimg.errors import DataError
 from tests.datagen import make_image_tree, write_shards
+from tests.fuzz import FUZZ, HANG_GUARD_S, within_bounds
 from tests.hangguard import hang_guard as guard
 
-HANG_GUARD_S = 10.0
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,  # timing is the hang guard's business, not a verdict
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 T = TypeVar("T")
 
 
@@ -64,8 +58,9 @@ def hang_guard(what: str) -> contextlib.AbstractContextManager[None]:
 
 
 def outcome(path: Path, read: Callable[[], T]) -> T | DataError:
-    """``read()``'s result, or the DataError it raised, which must name ``path``."""
-    with hang_guard(f"reading {path.name}"):
+    """``read()``'s result, or the DataError it raised, which must name ``path``; within
+    the time and memory bounds of ``tests.fuzz``."""
+    with within_bounds(f"reading {path.name}"):
         try:
             return read()
         except DataError as err:

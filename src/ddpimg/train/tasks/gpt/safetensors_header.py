@@ -69,7 +69,7 @@ def _check_entry(name: str, entry: object, data_bytes: int) -> None:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise BadInput(f"tensor {name!r}: not an entry of dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise BadInput(f"tensor {name!r}: unknown dtype {dtype!r}")
     if not _whole_numbers(shape) or len(shape) > MAX_RANK:
         raise BadInput(f"tensor {name!r}: shape {shape!r} is not a list of whole numbers")
