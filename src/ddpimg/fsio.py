@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -99,6 +99,25 @@ def check_new(path: Path, *, force: bool, flag: str) -> None:
         f"{flag} {shown}: {what} is there already; nothing was written",
         hint="give another name, or --force to replace it",
     )
+
+
+def check_no_link_out(root: Path, names: Iterable[str]) -> None:
+    """A DdpimgError naming the first of ``root``'s entries ``names`` (the folders and files
+    a run writes into) that is a link to somewhere outside ``root``: a run directory handed
+    over with ``checkpoints -> ~/elsewhere`` would have ddpimg write, and with ``--resume
+    none`` remove, files there."""
+    top = os.path.realpath(root)
+    for name in names:
+        path = root / name
+        if not os.path.islink(path):
+            continue
+        target = os.path.realpath(path)
+        if target != top and not target.startswith(top.rstrip(os.sep) + os.sep):
+            raise DdpimgError(
+                f"{printable(str(path))} is a link to {printable(target)}, outside "
+                f"{printable(str(root))}: ddpimg writes a run's files inside its directory only",
+                hint="remove the link, or give --out on the file system where the files should go",
+            )
 
 
 def open_own(path: Path, *, append: bool) -> TextIO:

@@ -245,3 +245,19 @@ def test_a_loop_json_beyond_bounds_is_named(ctx: DistContext, config: TrainConfi
     write_marker(path, 4)
     with pytest.raises(DdpimgError, match=r"cannot read loop.json \(a number of 5,000 digits"):
         resolve(config, ctx, io.StringIO())
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "tensorboard", "metrics.jsonl"])
+def test_a_run_entry_linked_out_of_out_is_refused(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path, name: str
+) -> None:
+    """A run directory handed over with ``checkpoints -> ~/elsewhere``: every rank would
+    write its checkpoint files there (and --resume none remove them). Refused on every
+    rank (rank 0 decides and tells the others), nothing written there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config.out.mkdir(parents=True)
+    (config.out / name).symlink_to(elsewhere)
+    with pytest.raises(DdpimgError, match=rf"run/{name} is a link to .*elsewhere, outside"):
+        resolve(config, ctx, io.StringIO())
+    assert list(elsewhere.iterdir()) == []

@@ -24,7 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ddpimg.errors import DdpimgError, warn
-from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT
+from ddpimg.fsio import check_no_link_out
+from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, METRICS
+from ddpimg.runtime.flight_recorder import TRACE_DIR
+from ddpimg.trace_breakdown import PROFILE_DIR
+from ddpimg.trackers.settings import MLFLOW_DIR, TENSORBOARD_DIR, WANDB_DIR
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.state import (
     FREE_TO_CHANGE,
@@ -41,6 +45,12 @@ if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
+
+# What a run writes into --out besides manifest.json (replaced by a rename, never written
+# through): each must not be a link out of it.
+RUN_ENTRIES = (
+    CHECKPOINTS, METRICS, TRACE_DIR, PROFILE_DIR, TENSORBOARD_DIR, WANDB_DIR, MLFLOW_DIR,
+)  # fmt: skip
 
 AUTO = "auto"
 NONE = "none"
@@ -175,6 +185,7 @@ def resolve_resume(
     outcome: list[object] = [None]
     if ctx.is_main:
         try:
+            check_no_link_out(config.out, RUN_ENTRIES)
             chosen = choose_checkpoint(config, current, stream)
             root.mkdir(parents=True, exist_ok=True)
             probe.touch()
