@@ -66,13 +66,12 @@ def run_facts(run: Path) -> dict[str, Any]:
     return facts
 
 
-def model_state(directory: Path, strategy: str) -> dict[str, torch.Tensor]:
-    """The full model state dict of a strategy's checkpoint part (``<checkpoint>/<name>``)."""
+def model_state(directory: Path, strategy: str) -> Any:
+    """The full model state dict of a strategy's checkpoint part (``<checkpoint>/<name>``),
+    as loaded: ``check_state`` says whether it is one."""
     if strategy == "ddp":
         loaded = load_tensors(directory / "model.pt")
-        # Anything else is named by check_state, not indexed here.
-        state: dict[str, torch.Tensor] = loaded.get("model") if isinstance(loaded, dict) else loaded
-        return state
+        return loaded.get("model") if isinstance(loaded, dict) else loaded
     if strategy == "fsdp":
         from ddpimg.train.checkpoint.dcp import read_model_state
 
