@@ -1,8 +1,8 @@
 """An ImageFolder tree, ``ROOT/SPLIT/CLASS/**/FILE``, as torchvision's ``ImageFolder`` reads
 it: classes are the sorted sub-folder names of the split, the files of each class are
-walked in sorted order (links to folders inside the class folder followed, a link out of it
-or around a loop refused), and a file is an image by its extension (``IMAGE_EXTENSIONS``,
-any case).
+walked in sorted order (a link to a folder followed once, inside the class folder; a link
+out of it, around a loop or to a folder already walked refused), and a file is an image by
+its extension (``IMAGE_EXTENSIONS``, any case).
 
 The listing is kept as a ``SampleTable`` (column ``path``: relative to the split folder;
 ``label``) with the modification time of every folder it walked: a folder gains or loses an
@@ -69,8 +69,8 @@ def list_split(folder: Path, classes: list[str]) -> tuple[list[str], np.ndarray,
         except (OSError, BadInput) as err:
             raise DataError(
                 f"--data: class {printable(name)} of {folder}: {err}",
-                hint="a class folder holds its own images (links to folders inside it are "
-                "followed); move or remove the link",
+                hint="a class folder holds its own images, each reached once: a link out of "
+                "it, or to a folder already walked, is not followed; move or remove the link",
             ) from err
         for parent, _, files in walked:
             relative = os.path.relpath(parent, folder)

@@ -156,6 +156,7 @@ def with_size(png: bytes, width: int, height: int) -> bytes:
     return png[:start] + bytes(fields) + crc + png[start + 21 :]
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL's, at open
 @pytest.mark.parametrize(("width", "height"), [(13000, 13000), (9460, 9460)])
 def test_a_png_claiming_many_pixels_is_refused_before_decoding(
     width: int, height: int, monkeypatch: pytest.MonkeyPatch
