@@ -93,3 +93,21 @@ def test_a_tracker_folder_linked_out_of_the_run_is_refused(tmp_path: Path, secre
     (run / "wandb" / "offline-run-20260101_000000-abc").symlink_to(secret)
     with pytest.raises(DdpimgError, match=r"W&B: .*offline-run-20260101_000000-abc is a link"):
         sync_runs([run], {}, io.StringIO())
+
+
+def test_what_wandb_sync_uploads_stays_inside_the_run(tmp_path: Path, secret: Path) -> None:
+    """W&B uploads the transaction log and the files under files/; its own logs/ (whose
+    debug log W&B links into ~/.cache) stay behind and may point anywhere."""
+    from ddpimg.trackers.wandb_sync import uploaded_files
+    from ddpimg.untrusted import BadInput
+
+    run = tmp_path / "offline-run-20260101_000000-abc"
+    (run / "files").mkdir(parents=True)
+    (run / "logs").mkdir()
+    (run / "run-abc.wandb").write_bytes(b"log")
+    (run / "files" / "config.yaml").write_text("{}")
+    (run / "logs" / "debug-core.log").symlink_to(secret / "id_rsa")
+    assert uploaded_files(run) == [Path("run-abc.wandb"), Path("files/config.yaml")]
+    (run / "files" / "model.pt").symlink_to(secret / "id_rsa")
+    with pytest.raises(BadInput, match=r"files/model.pt is a link to .*id_rsa, outside"):
+        uploaded_files(run)

@@ -18,7 +18,7 @@ from ddpimg.errors import DdpimgError, printable, report
 from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.trace_breakdown import PROFILE_DIR
 from ddpimg.trackers.settings import MLFLOW_DIR, TENSORBOARD_DIR
-from ddpimg.untrusted import files_inside, inside
+from ddpimg.untrusted import inside
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def _tensorboard(run: Path, stream: TextIO) -> None:
 
 
 def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
-    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload
+    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload, uploaded_files
 
     directories = offline_runs(run)
     if not directories:
@@ -76,7 +76,7 @@ def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
     for directory in directories:  # every file inside the run, before any upload
         _check_inside(directory, run, "W&B")
         try:
-            files_inside(directory)
+            uploaded_files(directory)
         except (OSError, ValueError) as err:
             where = printable(str(directory))
             raise DdpimgError(f"W&B: {where}: {err}", hint=_INSIDE_HINT) from err
