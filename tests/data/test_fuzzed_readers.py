@@ -476,3 +476,13 @@ def test_the_undamaged_indexes_are_trusted(indexed: dict[str, Path]) -> None:
     assert imagefolder.read_listing(indexed["tree"] / "train", indexed["listing"]) is not None
     assert tarshards.read_index(indexed["shards"], "train", indexed["tarindex"]) is not None
     assert read_table(indexed["listing"], numbers_needed=["label"]) is not None
+
+
+def test_a_fifo_named_like_a_shard_is_refused_unopened(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "train-000000.tar"
+    os.mkfifo(path)
+    result = outcome(path, lambda: tarshards.scan_shard(path))
+    assert isinstance(result, DataError)
+    assert "is a FIFO (named pipe), not a regular file" in result.message

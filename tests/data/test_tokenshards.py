@@ -230,3 +230,11 @@ def test_windows_of_every_format(
         tokens[90:100].tolist(),
         tokens[9:19].tolist(),
     ]
+
+
+def test_a_fifo_named_like_a_shard_is_refused_unopened(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "d_train_000.bin")
+    with pytest.raises(DataError, match=r"d_train_000.bin is a FIFO \(named pipe\), not a"):
+        inspect_shard(tmp_path / "d_train_000.bin")

@@ -28,7 +28,7 @@ from ddpimg.data.images import IMAGE_EXTENSIONS, MAX_CLASSES
 from ddpimg.data.table import SampleTable, read_table, write_table
 from ddpimg.data.tarheaders import TarFormatError, members
 from ddpimg.errors import DataError, printable
-from ddpimg.untrusted import MIB, BadInput, read_json
+from ddpimg.untrusted import MIB, BadInput, open_regular, read_json
 
 KIND = "webdataset"
 DATASET_FILE = "dataset.json"
@@ -65,9 +65,11 @@ def scan_shard(path: Path) -> list[tuple[str, int, int, int]]:
     images: dict[str, tuple[str, int, int]] = {}
     labels: dict[str, int] = {}
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        descriptor = open_regular(path)  # a FIFO named like a shard would never answer
     except OSError as err:
         raise DataError(f"--data: {path} cannot be opened ({err.strerror})", hint=TAR_HINT) from err
+    except BadInput as err:
+        raise DataError(f"--data: {printable(str(path))} is {err}", hint=TAR_HINT) from err
     try:
         for member in members(descriptor, os.fstat(descriptor).st_size):
             parts = split_member(member.name) if member.is_file else None
@@ -238,6 +240,6 @@ class TarSource:
         if len(self._open) >= OPEN_SHARDS:
             _, oldest = self._open.popitem(last=False)
             os.close(oldest)
-        descriptor = os.open(self.paths[shard], os.O_RDONLY)
+        descriptor = open_regular(self.paths[shard])
         self._open[shard] = descriptor
         return descriptor

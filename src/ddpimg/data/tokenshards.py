@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ddpimg.errors import DataError
-from ddpimg.untrusted import read_json
+from ddpimg.errors import DataError, printable
+from ddpimg.untrusted import BadInput, open_regular, read_json
 
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -108,10 +108,12 @@ def inspect_shard(path: Path) -> TokenShard:
     """The format and token count of ``path``, validated; DataError naming the file."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as stream:
+        with os.fdopen(open_regular(path), "rb") as stream:  # never a FIFO or a device
             head = stream.read(HEADER_BYTES)
     except OSError as err:
         raise DataError(f"--data: {path} cannot be read ({err.strerror})", hint=DATA_HINT) from err
+    except BadInput as err:
+        raise DataError(f"--data: {printable(str(path))} is {err}", hint=DATA_HINT) from err
     ints = np.frombuffer(head[: len(head) // 4 * 4], dtype="<i4")
     magic = int(ints[0]) if len(ints) else None
     found = LLMC_FORMATS.get(magic) if magic is not None else None
@@ -291,7 +293,7 @@ def scan_max_token(shard: TokenShard, chunk_tokens: int = 1 << 23) -> int:
     largest = -1
     itemsize = shard.format.dtype.itemsize
     buffer = bytearray(chunk_tokens * itemsize)
-    with shard.path.open("rb", buffering=0) as stream:
+    with os.fdopen(open_regular(shard.path), "rb", buffering=0) as stream:
         stream.seek(shard.format.header_bytes)
         left = shard.tokens
         while left:
@@ -363,7 +365,7 @@ class WindowReader:
         if found is not None:
             self._files.move_to_end(index)
             return found
-        descriptor = os.open(self.shards[index].path, os.O_RDONLY)
+        descriptor = open_regular(self.shards[index].path)
         self._files[index] = descriptor
         if len(self._files) > OPEN_SHARDS:
             os.close(self._files.popitem(last=False)[1])

@@ -383,8 +383,6 @@ class StallWatch:
             error=self._error,
         )
 
-    # -- the threads -----------------------------------------------------------------------
-
     def linger(self, limit_s: float) -> None:
         """Rank 0 hosts the store: before it exits, let the other ranks finish (their records
         say done or failed, or they went silent), bounded by ``limit_s``, so that a rank still
@@ -405,6 +403,8 @@ class StallWatch:
             ):
                 return
             time.sleep(self.limits.period_s)
+
+    # -- the threads -----------------------------------------------------------------------
 
     def _tick(self) -> None:
         period = self.limits.period_s
