@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddpimg.errors import DdpimgError, printable
+from ddpimg.untrusted import inside
 
 # A new file's permissions before the umask: what open() gives (not mkstemp's 0600, which
 # would hide a run's manifest from the group that shares the project folder).
@@ -106,15 +107,11 @@ def check_no_link_out(root: Path, names: Iterable[str]) -> None:
     a run writes into) that is a link to somewhere outside ``root``: a run directory handed
     over with ``checkpoints -> ~/elsewhere`` would have ddpimg write, and with ``--resume
     none`` remove, files there."""
-    top = os.path.realpath(root)
     for name in names:
         path = root / name
-        if not os.path.islink(path):
-            continue
-        target = os.path.realpath(path)
-        if target != top and not target.startswith(top.rstrip(os.sep) + os.sep):
+        if os.path.islink(path) and not inside(path, root):
             raise DdpimgError(
-                f"{printable(str(path))} is a link to {printable(target)}, outside "
+                f"{printable(str(path))} is a link to {printable(os.path.realpath(path))}, outside "
                 f"{printable(str(root))}: ddpimg writes a run's files inside its directory only",
                 hint="remove the link, or give --out on the file system where the files should go",
             )
