@@ -8,8 +8,12 @@ guard that fires reads as what it is, never as a speed verdict.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import subprocess
+from collections.abc import Iterator
+from types import FrameType
 
 
 def hang_guard_message(expired: subprocess.TimeoutExpired) -> str:
@@ -20,3 +24,27 @@ def hang_guard_message(expired: subprocess.TimeoutExpired) -> str:
         "command takes on a 2-core CI machine), not a speed goal: either it hung, or this "
         "machine is more than 5x slower than that."
     )
+
+
+class HangGuardError(AssertionError):
+    pass
+
+
+@contextlib.contextmanager
+def hang_guard(what: str, seconds: float) -> Iterator[None]:
+    """The in-process guard: SIGALRM ends the block after ``seconds`` with a failure saying
+    it hung (main thread only). ``seconds`` is at least 5x what the block takes."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise HangGuardError(
+            f"hang guard: {what} did not end within {seconds:g} s; the limit is a guard "
+            "against hangs, not a speed goal"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

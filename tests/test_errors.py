@@ -14,6 +14,7 @@ from ddpimg.errors import (
     LauncherError,
     RankLostError,
     RendezvousError,
+    printable,
     report,
 )
 
@@ -66,3 +67,27 @@ def test_a_user_error_is_not_caught_as_a_value_error() -> None:
 
     with pytest.raises(DdpimgError, match="checkpoint from another run"):
         load()
+
+
+def test_names_in_an_error_reach_the_terminal_escaped() -> None:
+    """A file or member name with escape sequences or line breaks once reached the terminal
+    raw: it could clear the screen, recolour it, or print a fake line of its own."""
+    name = "shard-\x1b[2J\x1b[31m\rx.tar\nddpimg: error: all is well\u202e"
+    stream = io.StringIO()
+    report(DdpimgError(f"--data: {name} cannot be read", hint=f"remove {name}"), stream=stream)
+    text = stream.getvalue()
+    assert text == (
+        "ddpimg: error: --data: shard-\\x1b[2J\\x1b[31m\\rx.tar\\nddpimg: error: all is well"
+        "\\u202e cannot be read\n  hint: remove shard-\\x1b[2J\\x1b[31m\\rx.tar\\nddpimg: "
+        "error: all is well\\u202e\n"
+    )
+    assert all(char.isprintable() for char in text.replace("\n", ""))
+
+
+def test_indented_continuation_lines_of_a_message_stay_lines() -> None:
+    stream = io.StringIO()
+    report(JobError("2 problems with this job:\n  1. no --time\n  2. no --nodes"), stream=stream)
+    assert stream.getvalue() == (
+        "ddpimg: error: 2 problems with this job:\n  1. no --time\n  2. no --nodes\n"
+    )
+    assert printable("caf\xe9 \udcff") == "caf\xe9 \\xff"  # undecodable byte of a name

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpimg.fsio import fsync_tree, write_json_atomic, write_text_atomic
+from ddpimg.errors import DdpimgError
+from ddpimg.fsio import check_new, fsync_tree, open_own, write_json_atomic, write_text_atomic
 
 
 def test_write_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -45,3 +46,60 @@ def test_fsync_tree_visits_files_and_folders(
     monkeypatch.setattr(os, "fsync", synced.append)
     fsync_tree(tmp_path)
     assert len(synced) == 3  # the file, its folder, the root
+
+
+def test_a_replaced_link_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """A link at the name (to a file outside the run) is replaced by the new file; the
+    file it pointed at is left as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").symlink_to(outside)
+    write_text_atomic(run / "manifest.json", "new")
+    assert outside.read_text(encoding="utf-8") == "mine"
+    assert not (run / "manifest.json").is_symlink()
+    assert (run / "manifest.json").read_text(encoding="utf-8") == "new"
+
+
+def test_the_temporary_name_is_fresh_so_no_planted_link_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary file was .NAME.PID.tmp, a name anyone could plant a link under."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine", encoding="utf-8")
+    (tmp_path / f".manifest.json.{os.getpid()}.tmp").symlink_to(outside)
+    write_text_atomic(tmp_path / "manifest.json", "new")
+    assert outside.read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("kind", ["file", "link", "dangling link"])
+def test_an_existing_output_is_replaced_only_when_forced(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "plot.png"
+    other = tmp_path / "other.png"
+    if kind == "file":
+        target.write_bytes(b"old")
+    else:
+        if kind == "link":
+            other.write_bytes(b"keep")
+        target.symlink_to(other)
+    with pytest.raises(DdpimgError, match=r"-o .*plot.png: a .* is there already; nothing"):
+        check_new(target, force=False, flag="-o")
+    check_new(target, force=True, flag="-o")
+    check_new(tmp_path / "new.png", force=False, flag="-o")
+    with pytest.raises(DdpimgError, match=r"a directory is there"):
+        check_new(tmp_path, force=True, flag="-o")
+
+
+def test_a_run_file_written_in_place_is_never_a_link_or_a_fifo(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("", encoding="utf-8")
+    (tmp_path / "metrics.jsonl").symlink_to(outside)
+    with pytest.raises(DdpimgError, match=r"metrics.jsonl is a link to .*outside.jsonl"):
+        open_own(tmp_path / "metrics.jsonl", append=True)
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    with pytest.raises(DdpimgError, match=r"fifo.jsonl is a link or a FIFO"):
+        open_own(tmp_path / "fifo.jsonl", append=False)
+    with open_own(tmp_path / "own.jsonl", append=True) as stream:
+        stream.write("line\n")
+    assert (tmp_path / "own.jsonl").read_text(encoding="utf-8") == "line\n"

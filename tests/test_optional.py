@@ -13,6 +13,7 @@ from ddpimg import exitcodes
 from ddpimg.data.tokenizers import cached_gpt2_files
 from ddpimg.optional import PACKAGES, missing_package
 from ddpimg.runtime.reexec import REEXEC_MARK
+from tests.datagen import make_image_tree
 
 # Run ddpimg with ``module`` made unimportable (None in sys.modules: ``import module``
 # raises ModuleNotFoundError, as when the package is not installed).
@@ -62,6 +63,24 @@ def test_only_optional_packages_are_user_errors() -> None:
             "torchvision ... pip install 'ddpimg[vision]'",
         ),
         (
+            # Imported by the resnet trainer's image decoding (issue 47: its absence was a
+            # ModuleNotFoundError traceback).
+            "simplejpeg",
+            [
+                "train",
+                "resnet",
+                "--data",
+                "{tree}",
+                "--max-steps",
+                "1",
+                "--image-size",
+                "32",
+                "--global-batch-size",
+                "2",
+            ],
+            "simplejpeg ... pip install 'ddpimg[train]'",
+        ),
+        (
             "tiktoken",
             ["data", "tokenize", "{src}", "{dst}", "--tokenizer", "gpt2"],
             "tiktoken ... pip install 'ddpimg[text]'",
@@ -77,7 +96,11 @@ def test_a_command_without_its_package_exits_2_naming_it(
     cache.mkdir()
     for path in cached_gpt2_files(cache):
         path.touch()
-    filled = [part.format(src=tmp_path / "doc.txt", dst=tmp_path / "tokens") for part in argv] + (
+    tree = tmp_path / "tree"
+    if "{tree}" in argv:
+        make_image_tree(tree, classes=2, train_per_class=2, val_per_class=1, sizes=(32, 40))
+    places = {"src": tmp_path / "doc.txt", "dst": tmp_path / "tokens", "tree": tree}
+    filled = [part.format(**places) for part in argv] + (
         ["--out", str(tmp_path / "run")] if argv[0] == "train" else []
     )
     proc = subprocess.run(

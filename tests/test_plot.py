@@ -87,8 +87,13 @@ def test_steady_throughput_is_preferred(tmp_path: Path) -> None:
         (lambda p: None, r"run directory {p} does not exist"),
         (lambda p: p.mkdir(), r"run directory {p} has no metrics.jsonl\n  hint: give the --out"),
         (
-            lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text('{"kind": "train"}\n{oops\n')),
-            r"{p}/metrics.jsonl:2: not a JSON object",
+            lambda p: (
+                p.mkdir(),
+                (p / "metrics.jsonl").write_text(
+                    '{"kind": "train", "step": 1, "loss": 1}\n{oops\n'
+                ),
+            ),
+            r"{p}/metrics.jsonl:2: not JSON \(Expecting property name",
         ),
         (
             lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text("[1, 2]\n")),
@@ -232,3 +237,31 @@ def test_runs_with_equal_or_unknown_threads_get_none(tmp_path: Path) -> None:
     assert threads_caveat([*same, unfinished]) is None
     figure = plot_runs(same, tmp_path / "out.png")
     assert figure.axes[3].get_title() == "Scaling efficiency"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (PNG_SIGNATURE + b"\x00\xff\xfe" * 40, r"metrics.jsonl: line 1 is not UTF-8 text"),
+        (b'{"kind": "train", "step": 1, "loss": "abc"}\n', r":1: 'loss' is 'abc', expected a"),
+        (b'{"kind": "train", "step": -1, "loss": 1.0}\n', r":1: 'step' is -1, expected a whole"),
+        (b'{"kind": "train", "step": 1.5, "loss": 1.0}\n', r":1: 'step' is 1.5, expected a whole"),
+        (b'{"kind": "train", "step": 2}\n', r":1: a train line needs 'step' and 'loss'"),
+        (b'{"kind": "eval", "loss": [1]}\n', r":1: 'loss' is \[1\], expected a number"),
+        (b'{"kind": "summary", "world_size": "2"}\n', r":1: 'world_size' is '2', expected"),
+        (b'{"kind": "summary", "steps_per_epoch": 0}\n', r"'steps_per_epoch' is 0"),
+        (b'{"kind": "train", "step": ' + b"9" * 5000 + b"}\n", r":1: a number of 5,000 digits"),
+        (b'{"kind": "x", "v": ' + b"[" * 100_000 + b"\n", r":1: JSON nested more than 64"),
+    ],
+)
+def test_a_binary_or_mistyped_metrics_file_is_named(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """A binary metrics.jsonl was a UnicodeDecodeError traceback, a string loss a
+    ValueError one (exit status 1); now exit status 2 naming the file, line and key."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "metrics.jsonl").write_bytes(content)
+    with pytest.raises(DdpimgError, match=message) as caught:
+        read_run(path)
+    assert caught.value.message.startswith(f"{path / 'metrics.jsonl'}")

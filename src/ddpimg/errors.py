@@ -7,10 +7,39 @@ stderr) and exits with ``exitcodes.for_error(err)``.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TextIO
 
 PREFIX = "ddpimg: error: "
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\n``,
+    ``\\x1b``, ``\\u202e``): a file or member name from someone else's data reaches the
+    terminal as text, never as a cursor move, a colour, a second line or reversed writing.
+    Surrogates (bytes of a name that are not UTF-8) become ``\\xNN`` too."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's stand-in for an undecodable byte
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1]
+
+
+def printable_lines(text: str) -> str:
+    """``printable``, except a line break followed by an indentation of two spaces: the
+    continuation lines ddpimg's own messages use (a list of problems, a hint). A break
+    anywhere else is escaped, so no text quoted in a message can start a line of its own
+    (a fake ``ddpimg: error:``)."""
+    return "\n".join(printable(part) for part in _CONTINUATION.split(text))
+
+
+_CONTINUATION = re.compile(r"\n(?=  )")
 
 
 def with_hint(message: str, hint: str | None) -> str:
@@ -22,13 +51,25 @@ def report(message: object, hint: str | None = None, stream: TextIO | None = Non
     """Print ``ddpimg: error: <message>`` (and the hint) and flush: the caller may exit at
     once, even by ``os._exit``, which flushes nothing. A DdpimgError is printed once: one
     that every rank learns from rank 0 is printed as soon as it is known (a launcher may end
-    a rank once another has exited), and the handler it then reaches prints nothing more."""
+    a rank once another has exited), and the handler it then reaches prints nothing more.
+    Message and hint are made printable (``printable_lines``): they may quote names from
+    files someone else made."""
     if isinstance(message, DdpimgError):
         if message.reported:
             return
         message.reported = True
     target = sys.stderr if stream is None else stream
-    print(PREFIX + with_hint(str(message), hint), file=target, flush=True)
+    if isinstance(message, DdpimgError) and hint is None:
+        hint = message.hint
+        message = message.message
+    text = with_hint(printable_lines(str(message)), None if hint is None else printable(hint))
+    print(PREFIX + text, file=target, flush=True)
+
+
+def warn(message: str, stream: TextIO | None = None) -> None:
+    """Print ``ddpimg: warning: <message>``, ``printable``, and flush."""
+    target = sys.stderr if stream is None else stream
+    print(f"ddpimg: warning: {printable(message)}", file=target, flush=True)
 
 
 # Not a ValueError: a broad ``except ValueError`` around library code (a checkpoint load, a
@@ -63,15 +104,29 @@ class RendezvousError(DdpimgError):
     """Ranks could not meet: missing ranks, unreachable master, timeouts."""
 
 
+class StartStopped(DdpimgError):
+    """A preemption signal (SIGTERM, SIGUSR2) arrived while the ranks were starting: they
+    stop there, with nothing to checkpoint, and the job can be requeued."""
+
+
 class RankLostError(DdpimgError):
     """During training a rank stopped reporting, failed or fell behind, and the others gave
-    up on it. ``details`` is the JSON-ready verdict that manifest.json records."""
+    up on it. ``details`` is the JSON-ready verdict that manifest.json records. ``raised``:
+    every rank named failed by an error of its own (it published it and exited): then the
+    run failed (exit status 1, like that rank's), no rank was lost, and a requeue would only
+    meet the same error again."""
 
     def __init__(
-        self, message: str, hint: str | None = None, details: dict[str, object] | None = None
+        self,
+        message: str,
+        hint: str | None = None,
+        details: dict[str, object] | None = None,
+        *,
+        raised: bool = False,
     ) -> None:
         super().__init__(message, hint)
         self.details = details or {}
+        self.raised = raised
 
 
 class JobError(DdpimgError):

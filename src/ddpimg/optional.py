@@ -11,6 +11,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "numpy": ("numpy", "train"),
     "torchvision": ("torchvision", "vision"),
     "PIL": ("pillow", "vision"),
+    "simplejpeg": ("simplejpeg", "train"),
     "tiktoken": ("tiktoken", "text"),
     "safetensors": ("safetensors", "hf"),
     "deepspeed": ("deepspeed", "deepspeed"),

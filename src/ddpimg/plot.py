@@ -25,7 +25,8 @@ Reading runs (``read_run``) and the scaling table (``scaling``) need no matplotl
 
 from __future__ import annotations
 
-import json
+import io
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,11 +34,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
-from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.fsio import write_bytes_atomic
+from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
 from ddpimg.trace_breakdown import PHASES, StepBreakdown, read_breakdowns
+from ddpimg.untrusted import BadInput, parse_json, read_json, read_lines
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+
+METRICS_HINT = "metrics.jsonl holds one JSON object a line, as train writes it"
 
 
 @dataclass(frozen=True)
@@ -69,30 +75,71 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             hint="give the --out directories of train runs (rank 0 writes metrics.jsonl there)",
         )
     records: list[dict[str, Any]] = []
-    for number, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DdpimgError(
-                f"{metrics}:{number}: not a JSON object ({err.msg})",
-                hint="metrics.jsonl holds one JSON object a line, as train writes it",
-            ) from err
-        if not isinstance(record, dict) or "kind" not in record:
-            raise DdpimgError(
-                f"{metrics}:{number}: expected an object with a 'kind' key, found {line[:60]!r}",
-                hint="metrics.jsonl holds one JSON object a line, as train writes it",
-            )
-        records.append(record)
+    try:
+        for number, line in enumerate(read_lines(metrics, MAX_METRICS_LINE), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(_record(line))
+            except BadInput as err:
+                raise DdpimgError(f"{metrics}:{number}: {err}", hint=METRICS_HINT) from err
+    except OSError as err:
+        raise DdpimgError(f"{metrics}: cannot be read ({err.strerror or err})") from err
+    except BadInput as err:  # the file, not a line: binary, or a line without end
+        raise DdpimgError(f"{metrics}: {err}", hint=METRICS_HINT) from err
     return records
+
+
+def _record(line: str) -> dict[str, Any]:
+    record = parse_json(line)
+    if not isinstance(record, dict) or "kind" not in record:
+        raise BadInput(f"expected an object with a 'kind' key, found {line.strip()[:60]!r}")
+    _check_record(record)
+    return record
+
+
+# What the plot reads of each kind of line: key -> (kind of value, least value); a key may
+# be absent or null. Other kinds of lines, and other keys, are not read.
+_NUMBER, _COUNT = "a number", "a whole number"
+_READ: dict[str, dict[str, tuple[str, float]]] = {
+    "train": {"step": (_COUNT, 0), "epoch": (_NUMBER, 0), "loss": (_NUMBER, -math.inf)},
+    "eval": {
+        "step": (_COUNT, 0),
+        "epoch": (_NUMBER, 0),
+        "loss": (_NUMBER, -math.inf),
+        "accuracy": (_NUMBER, -math.inf),
+    },
+    "summary": {
+        "world_size": (_COUNT, 1),
+        "steps_per_epoch": (_COUNT, 1),
+        "samples_per_s": (_NUMBER, 0),
+        "steady_samples_per_s": (_NUMBER, 0),
+    },
+}
+
+
+def _check_record(record: dict[str, Any]) -> None:
+    """A BadInput naming the key whose value the plot cannot read (a string for a loss, a
+    negative step); a train line also needs its step and loss."""
+    fields = _READ.get(record["kind"]) if isinstance(record["kind"], str) else None
+    if fields is None:
+        return
+    if record["kind"] == "train" and (record.get("step") is None or record.get("loss") is None):
+        raise BadInput("a train line needs 'step' and 'loss'")
+    for key, (kind, least) in fields.items():
+        value = record.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind == _COUNT and not isinstance(value, int)) or value < least:
+            raise BadInput(f"'{key}' is {value!r}, expected {kind} from {least:g}")
 
 
 def _manifest_int(path: Path, section: str, key: str) -> int | None:
     """``manifest.json``'s ``section.key`` when it is an integer; None when absent or bad
     (a plot does without it)."""
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = read_json(path / MANIFEST, MANIFEST_LIMIT)
         value = manifest[section][key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -119,6 +166,14 @@ def _fractional_epochs(train: list[dict[str, Any]], steps_per_epoch: int | None)
     return positions
 
 
+def _eval_position(record: dict[str, Any]) -> float:
+    """An eval line's epoch; its step for a script that logs none; 0 for neither."""
+    for key in ("epoch", "step"):
+        if record.get(key) is not None:
+            return float(record[key])
+    return 0.0
+
+
 def _accuracy(record: dict[str, Any]) -> float:
     """An eval line's accuracy; NaN (not drawn) for a script that evaluates none."""
     value = record.get("accuracy")
@@ -141,7 +196,7 @@ def read_run(path: Path) -> Run:
         world_size=world_size,
         train=[(x, float(r["loss"])) for x, r in zip(positions, train, strict=True)],
         eval=[
-            (float(r.get("epoch", r.get("step", 0))), float(r["loss"]), _accuracy(r))
+            (_eval_position(r), float(r["loss"]), _accuracy(r))
             for r in records
             if r["kind"] == "eval" and r.get("loss") is not None
         ],
@@ -292,7 +347,11 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
     for axes in (loss_ax, accuracy_ax, rate_ax, efficiency_ax):
         axes.grid(True, alpha=0.3)
     try:
-        figure.savefig(output)
+        # Rendered in memory, then renamed into place: an existing file (with --force) or
+        # link at ``output`` is replaced, never written through.
+        image = io.BytesIO()
+        figure.savefig(image, format=output.suffix.lstrip(".").lower() or None)
+        write_bytes_atomic(output, image.getvalue())
     except (OSError, ValueError) as err:
         raise DdpimgError(
             f"-o {output}: cannot write the plot ({err})",

@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ddpimg.errors import DdpimgError
+from ddpimg.untrusted import BadInput, read_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+# A profile or job file is a few KiB; the bound keeps a mistaken path (a log, /dev/zero:
+# refused as a device) from being read whole.
+TOML_LIMIT = 1 << 20
 # A string, not a compiled expression: only a malformed file needs it.
 _TOML_POSITION = r"line (\d+), column (\d+)"
 
@@ -36,13 +40,20 @@ def read_toml(path: Path, error: type[DdpimgError], *, what: str, path_hint: str
     raises ``error`` naming it; ``what`` says what the file is for (``site profile``) and
     ``path_hint`` where its path came from."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, TOML_LIMIT)
     except OSError as err:
         raise error(f"cannot read {what} {path}: {err.strerror or err}", hint=path_hint) from err
+    except BadInput as err:
+        raise error(f"cannot read {what} {path}: it is {err}", hint=path_hint) from err
     try:
         return TomlFile(data, tomllib.loads(data.decode("utf-8")))
     except UnicodeDecodeError as err:
         raise error(f"{path}: not UTF-8 text ({err})", hint="save it as UTF-8") from err
+    except RecursionError as err:
+        raise error(
+            f"{path}: arrays or tables nested too deeply to read",
+            hint="a profile or job file nests a few levels; write it flat",
+        ) from err
     except tomllib.TOMLDecodeError as err:
         position = re.search(_TOML_POSITION, str(err))
         where = f"line {position[1]}, column {position[2]}" if position else "the reported place"

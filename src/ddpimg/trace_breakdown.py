@@ -6,12 +6,12 @@ recorded step as ``ProfilerStep#N``; the breakdown is the time in each phase div
 number of recorded steps. DDP's gradient all-reduce runs inside the backward pass
 (overlapped with it) and counts there; ``collective`` is the loop's own collectives
 (the loss reduction at log points, the preemption agreement). Stdlib only; a trace is
-data, read with ``json`` and checked, and a malformed one is a DdpimgError naming it.
+data, read within bounds (``ddpimg.untrusted``) and checked, and a malformed one is a
+DdpimgError naming it.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg.errors import DdpimgError
+from ddpimg.untrusted import read_json
 
 PROFILE_DIR = "profile"
 RANGE_PREFIX = "ddpimg/"
 STEP_PREFIX = "ProfilerStep#"
 TRACE_GLOB = "*.pt.trace.json"
+# A few profiled steps of GPT-2 small trace to tens of MB; parsed, a trace takes several
+# times its size in memory.
+TRACE_LIMIT = 256 << 20
 # The loop's phases, in step order (``ddpimg.runtime.stall.record``).
 PHASES = ("data", "forward", "backward", "optimizer", "collective", "checkpoint", "eval")
 _RANK_DIR = re.compile(r"rank_(\d+)\Z")
@@ -44,8 +48,8 @@ class StepBreakdown:
 
 def _events(trace: Path) -> list[Mapping[str, Any]]:
     try:
-        document = json.loads(trace.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        document = read_json(trace, TRACE_LIMIT)
+    except (OSError, ValueError) as err:
         raise DdpimgError(
             f"profiler trace {trace}: unreadable ({err})",
             hint="give the --out of a train --profile run; re-run it if the trace was cut off",

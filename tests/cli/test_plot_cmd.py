@@ -52,3 +52,23 @@ def test_a_run_is_named_by_its_name_or_latest(
     assert capsys.readouterr().err.startswith(
         "ddpimg: error: mnist-3: no such run directory, and no run of that name in runs/\n"
     )
+
+
+def test_an_existing_output_is_replaced_only_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o over a link to a file of yours (or over any file) once replaced it without a
+    word; now it is refused, and with --force the link itself is replaced."""
+    run = write_run(tmp_path / "n1", world_size=1)
+    mine = tmp_path / "thesis.pdf"
+    mine.write_bytes(b"chapter 1")
+    output = tmp_path / "scaling.png"
+    output.symlink_to(mine)
+    assert main(["plot", str(run), "-o", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ddpimg: error: -o {output}: a link to {mine} is there already")
+    assert "--force" in err
+    assert main(["plot", str(run), "-o", str(output), "--force"]) == 0
+    assert mine.read_bytes() == b"chapter 1"
+    assert not output.is_symlink()
+    assert output.read_bytes()[:8] == PNG_SIGNATURE

@@ -109,3 +109,15 @@ def test_help_lists_every_job_flag() -> None:
     flags = ["--gpus-per-node", "--gpu-request", "--launch", "--runtime", "--bind",
              "--signal-seconds", "--max-restarts", "--sbatch-option", "--script-file"]  # fmt: skip
     assert [flag for flag in flags if flag not in proc.stdout] == []
+
+
+def test_an_existing_script_file_is_replaced_only_with_force(tmp_path: Path) -> None:
+    out = tmp_path / "job.sh"
+    out.write_text("my own job\n")
+    proc = ddpimg("--site", "della", *JOB, "-o", str(out), "--", "train")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"ddpimg: error: -o {out}: a file is there already")
+    assert out.read_text() == "my own job\n"
+    proc = ddpimg("--site", "della", *JOB, "-o", str(out), "--force", "--", "train")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("#!/bin/bash\n")

@@ -9,12 +9,12 @@ is damaged is not trusted (read as absent, so it is rebuilt). Nothing else may e
 ``ValueError`` from a number that does not parse, no ``IndexError`` from a cut record, no
 loop that does not end.
 
-The bound is a hang guard, not a verdict on speed: every example here takes milliseconds
-(the whole module runs in a few seconds on two cores); ``HANG_GUARD_S`` is hundreds of times
-that, and an example stopped by it fails saying so. Found by this test and fixed: a pax
-record of length 0 looped forever; a non-octal size or checksum, a pax record without a
-space, an over-long length field and a "²" label escaped as ValueErrors; a damaged index
-whose columns disagree in length was used.
+The bounds (``tests.fuzz``) are a hang guard, not a verdict on speed (every example here
+takes milliseconds; ``HANG_GUARD_S`` is hundreds of times that, and an example stopped by it
+fails saying so), and a peak of allocated memory far above what a few KiB of input needs.
+Found by this test and fixed: a pax record of length 0 looped forever; a non-octal size or
+checksum, a pax record without a space, an over-long length field and a "²" label escaped
+as ValueErrors; a damaged index whose columns disagree in length was used.
 """
 
 from __future__ import annotations
@@ -23,16 +23,14 @@ import contextlib
 import io
 import json
 import re
-import signal
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ddpimg.data import imagefolder, tarshards, tokenindex
@@ -49,40 +47,20 @@ from ddpimg.data.tokenshards import (
 )
 from ddpimg.errors import DataError
 from tests.datagen import make_image_tree, write_shards
+from tests.fuzz import FUZZ, HANG_GUARD_S, within_bounds
+from tests.hangguard import hang_guard as guard
 
-HANG_GUARD_S = 10.0
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,  # timing is the hang guard's business, not a verdict
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 T = TypeVar("T")
 
 
-class HangGuardError(AssertionError):
-    pass
-
-
-@contextlib.contextmanager
-def hang_guard(what: str) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise HangGuardError(
-            f"hang guard: {what} did not end within {HANG_GUARD_S} s (it takes milliseconds)"
-        )
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, HANG_GUARD_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def hang_guard(what: str) -> contextlib.AbstractContextManager[None]:
+    return guard(what, HANG_GUARD_S)
 
 
 def outcome(path: Path, read: Callable[[], T]) -> T | DataError:
-    """``read()``'s result, or the DataError it raised, which must name ``path``."""
-    with hang_guard(f"reading {path.name}"):
+    """``read()``'s result, or the DataError it raised, which must name ``path``; within
+    the time and memory bounds of ``tests.fuzz``."""
+    with within_bounds(f"reading {path.name}"):
         try:
             return read()
         except DataError as err:
@@ -247,6 +225,45 @@ def test_labels_that_are_not_class_numbers_are_named(tmp_path: Path, label: byte
     result = outcome(path, lambda: tarshards.scan_shard(path))
     assert isinstance(result, DataError)
     assert "not a class number" in result.message
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        (b"99999999999", r"holds 99999999999, a class number above 99,999"),
+        (b"100000000", r"holds 100000000, a class number above 99,999"),
+        (b"100000", r"holds 100000, a class number above 99,999"),
+    ],
+)
+def test_a_class_number_beyond_any_dataset_is_refused_unbuilt(
+    tmp_path: Path, label: bytes, message: str
+) -> None:
+    """A 20 KB shard whose label said 100000000 made 10^8 class names (and a model output
+    as wide); 99999999999 overflowed the index's int32 column with a traceback. Refused
+    while the shard is scanned, before anything is built (tracemalloc's peak)."""
+    import tracemalloc
+
+    path = tmp_path / "train-000000.tar"
+    raw = header(b"a.cls", b"%011o" % len(label), b"0") + with_data(label)
+    path.write_bytes(header(b"a.jpg", b"0", b"0") + raw + bytes(2 * BLOCK))
+    tracemalloc.start()
+    try:
+        result = outcome(path, lambda: tarshards.scan_shard(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(result, DataError)
+    assert re.search(message, result.message), result.message
+    assert peak < 1 << 20, peak
+
+
+def test_a_member_name_is_shown_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "train-000000.tar"
+    raw = header(b"a\x1b[2J\n.cls", b"%011o" % 1, b"0") + with_data(b"x")
+    path.write_bytes(raw + bytes(2 * BLOCK))
+    result = outcome(path, lambda: tarshards.scan_shard(path))
+    assert isinstance(result, DataError)
+    assert ":a\\x1b[2J\\n.cls holds 'x', not a class number" in result.message
 
 
 def test_the_valid_shards_read_whole(tmp_path: Path) -> None:
@@ -459,3 +476,13 @@ def test_the_undamaged_indexes_are_trusted(indexed: dict[str, Path]) -> None:
     assert imagefolder.read_listing(indexed["tree"] / "train", indexed["listing"]) is not None
     assert tarshards.read_index(indexed["shards"], "train", indexed["tarindex"]) is not None
     assert read_table(indexed["listing"], numbers_needed=["label"]) is not None
+
+
+def test_a_fifo_named_like_a_shard_is_refused_unopened(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "train-000000.tar"
+    os.mkfifo(path)
+    result = outcome(path, lambda: tarshards.scan_shard(path))
+    assert isinstance(result, DataError)
+    assert "is a FIFO (named pipe), not a regular file" in result.message

@@ -8,6 +8,7 @@ import pytest
 from ddpimg.data.imagefolder import FolderSource, folder_classes, read_listing, write_listing
 from ddpimg.errors import DataError
 from tests.datagen import make_image_tree
+from tests.hangguard import hang_guard
 
 
 def test_listing_follows_torchvisions_image_folder(tmp_path: Path) -> None:
@@ -83,3 +84,39 @@ def test_a_missing_file_is_a_file_not_found_error(tmp_path: Path) -> None:
     (folder / "a.jpg").unlink()
     with pytest.raises(FileNotFoundError):
         FolderSource(tmp_path / "train", table).read(0)
+
+
+def test_a_link_out_of_a_class_folder_is_named_not_followed(tmp_path: Path) -> None:
+    """``train/cat/up -> ..`` once read 6 images as 246 and labelled the dog images cat;
+    now it is a named error, and nothing is listed."""
+    tree = make_image_tree(tmp_path, classes=2, train_per_class=3, val_per_class=1)
+    (tmp_path / "train" / tree.classes[0] / "up").symlink_to("..")
+    with pytest.raises(DataError, match=rf"class {tree.classes[0]} of .*/up is a link to"):
+        write_listing(tmp_path / "train", folder_classes(tmp_path), tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+
+
+def test_links_around_a_loop_end_the_walk(tmp_path: Path) -> None:
+    """Two links to "." made the listing walk 2^depth folders (it never ended)."""
+    tree = make_image_tree(tmp_path, classes=2, train_per_class=1, val_per_class=1)
+    folder = tmp_path / "train" / tree.classes[1]
+    (folder / "again").symlink_to(".")
+    (folder / "more").symlink_to(".")
+    with (
+        hang_guard("listing a tree with a loop of links", 60),
+        pytest.raises(DataError, match=r"already went through \(a loop of links"),
+    ):
+        write_listing(tmp_path / "train", folder_classes(tmp_path), tmp_path / "index")
+
+
+def test_a_fifo_named_like_an_image_is_refused_not_read(tmp_path: Path) -> None:
+    """Read by a loader worker, it would wait forever for a writer."""
+    tree = make_image_tree(tmp_path, classes=2, train_per_class=1, val_per_class=1)
+    os.mkfifo(tmp_path / "train" / tree.classes[0] / "zz.jpg")
+    write_listing(tmp_path / "train", tree.classes, tmp_path / "index")
+    table = read_listing(tmp_path / "train", tmp_path / "index")
+    assert table is not None
+    source = FolderSource(tmp_path / "train", table)
+    fifo = next(i for i in range(len(source)) if source.where(i).endswith("zz.jpg"))
+    with pytest.raises(ValueError, match=r"a FIFO \(named pipe\), not a regular file"):
+        source.read(fifo)

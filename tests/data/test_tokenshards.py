@@ -146,6 +146,27 @@ def test_vocabulary_by_format_or_tokenizer_record(tmp_path: Path) -> None:
     assert "tokenizer.json (bytes)" in vocabulary.source
 
 
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ('{"vocabulary": 1000000000000}', r"vocabulary 1000000000000, end-of-text token None"),
+        ('{"vocabulary": 1e12}', r"a vocabulary has 1 to 1,048,576 tokens"),
+        ('{"vocabulary": ' + "9" * 5000 + "}", r"a number of 5,000 digits"),
+        ("[" * 100_000, r"JSON nested more than 64 levels deep"),
+    ],
+)
+def test_a_tokenizer_record_beyond_any_vocabulary_is_named(
+    tmp_path: Path, record: str, message: str
+) -> None:
+    """A record saying 10^12 tokens made the model's embedding ask for terabytes; 5,000
+    digits and deep nesting escaped as a ValueError and a RecursionError."""
+    write_token_corpus(tmp_path, train_tokens=900, val_tokens=100, shard_tokens=1000)
+    (tmp_path / "tokenizer.json").write_text(record)
+    with pytest.raises(DataError, match=message) as caught:
+        declared_vocabulary(open_splits(str(tmp_path)))
+    assert caught.value.message.startswith(f"--data: {tmp_path / 'tokenizer.json'} cannot be")
+
+
 def test_windows_are_consecutive_and_stay_inside_their_shard(tmp_path: Path) -> None:
     written = write_token_corpus(tmp_path, train_tokens=25, val_tokens=5, shard_tokens=10)
     tokens = [np.fromfile(p, dtype="<u2", offset=HEADER_BYTES) for p in written["train"]]
@@ -209,3 +230,11 @@ def test_windows_of_every_format(
         tokens[90:100].tolist(),
         tokens[9:19].tolist(),
     ]
+
+
+def test_a_fifo_named_like_a_shard_is_refused_unopened(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "d_train_000.bin")
+    with pytest.raises(DataError, match=r"d_train_000.bin is a FIFO \(named pipe\), not a"):
+        inspect_shard(tmp_path / "d_train_000.bin")

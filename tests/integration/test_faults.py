@@ -3,6 +3,7 @@ within the timeout, and rank 0 says who is missing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -88,3 +89,42 @@ def test_rank_that_never_joins_is_named_by_rank_0(tmp_path: Path, run_env: dict[
     assert "ddpimg: error:" in proc.stderr
     assert "1 of 2 ranks never joined" in proc.stderr
     assert "rank 1 (host ghostnode7)" in proc.stderr
+
+
+# A script's own bug on every rank at start (as Karpathy's nanoGPT train.py meets a machine
+# without CUDA): its error, not a lost peer, decides the exit status.
+RAISING_SCRIPT = 'raise RuntimeError("Found no NVIDIA driver on your system")\n'
+# Repeats: the ranks race to fail and to judge each other's failure; before the fix 5 of 8
+# such runs exited 5 ("a rank was lost"), two of them disagreeing with manifest.json.
+RAISING_REPEATS = 3
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        pytest.param(["--nproc-per-node", "2"], marks=pytest.mark.torchrun, id="nproc"),
+        pytest.param(["srun", "-n", "2"], marks=pytest.mark.slurm, id="srun"),
+    ],
+)
+def test_a_script_raising_on_every_rank_is_a_failed_run_not_a_lost_rank(
+    tmp_path: Path, run_env: dict[str, str], launcher: list[str], request: pytest.FixtureRequest
+) -> None:
+    """Exit status 1 from the launcher (srun: the highest of its tasks') and
+    manifest.json's ``failed`` with ``exit_status`` 1 and no ``rank_lost``, every time."""
+    env = request.getfixturevalue("slurm_env") if launcher[0] == "srun" else run_env
+    script = tmp_path / "bad.py"
+    script.write_text(RAISING_SCRIPT)
+    for attempt in range(RAISING_REPEATS):
+        out = tmp_path / f"run-{attempt}"
+        train = [command("train"), "--out", str(out), "--timeout", "30"]
+        cmd = (
+            [*launcher, *train, "--script", str(script)]
+            if launcher[0] == "srun"
+            else [*train, *launcher, "--script", str(script)]
+        )
+        proc = run(cmd, env, check=False, timeout=300)
+        manifest = json.loads((out / "manifest.json").read_text())
+        outcome = (proc.returncode, manifest["status"], manifest["exit_status"])
+        assert outcome == (1, "failed", 1), f"run {attempt}: {outcome}\n{proc.stderr[-4000:]}"
+        assert "rank_lost" not in manifest, manifest
+        assert "Found no NVIDIA driver" in proc.stderr

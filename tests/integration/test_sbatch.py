@@ -10,6 +10,7 @@ its start time to a few seconds from now instead of waiting for that.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -184,3 +185,23 @@ def test_requeues_stop_at_max_restarts(tmp_path: Path, slurm_env: dict[str, str]
     for name in ("0-0", "0-1", "1-0", "1-1"):
         assert (tmp_path / f"signalled-{name}").read_text() == "True"
     assert "was restarted 1 times (at most 1): not requeueing" in text
+
+
+def test_a_script_failing_on_every_rank_is_not_requeued(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    """A script's own error on both ranks is exit status 1, not 5 ("a rank was lost"), so
+    the job script does not requeue it to fail the same way up to --max-restarts times."""
+    script = tmp_path / "bad.py"
+    script.write_text('raise RuntimeError("Found no NVIDIA driver on your system")\n')
+    out = tmp_path / "run"
+    train = ["train", "--out", str(out), "--script", str(script)]
+    job_id = submit(["--", *train], slurm_env, tmp_path)
+    log = tmp_path / f"ddpimg-{job_id}.out"
+    info = wait_for_end(job_id, slurm_env, log)
+    text = log.read_text()
+    assert (info["JobState"], info["Restarts"], info["ExitCode"]) == ("FAILED", "0", "1:0"), text
+    assert "requeueing" not in text, text
+    assert "a rank was lost" not in text, text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["status"], manifest["exit_status"]) == ("failed", 1)

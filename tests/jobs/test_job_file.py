@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from ddpimg.jobs import JobError, load_job_file, resolve_job
+from tests.hangguard import hang_guard
 from tests.jobs.conftest import shipped
 
 
@@ -62,3 +64,27 @@ def test_job_file_errors(tmp_path: Path, text: str, message: str, hint: str) -> 
 def test_job_file_missing(tmp_path: Path) -> None:
     with pytest.raises(JobError, match=r"cannot read job file .*nope\.toml: No such file"):
         load_job_file(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("fifo", r"cannot read job file .*job.toml: it is a FIFO \(named pipe\), not a regular"),
+        ("/dev/zero", r"cannot read job file /dev/zero: it is a character device"),
+        ("big", r"job.toml: it is 2,097,154 bytes, more than the 1 MiB such a file may have"),
+        ("deep", r"job.toml: arrays or tables nested too deeply to read"),
+    ],
+)
+def test_a_job_file_is_read_within_bounds(tmp_path: Path, path: str, message: str) -> None:
+    """--config FIFO waited forever and --config /dev/zero read until memory ran out."""
+    target = tmp_path / "job.toml"
+    if path == "fifo":
+        os.mkfifo(target)
+    elif path == "big":
+        target.write_text("# " + "x" * (2 << 20))
+    elif path == "deep":
+        target.write_text("a = " + "[" * 100_000)
+    else:
+        target = Path(path)
+    with hang_guard("reading a job file", 60), pytest.raises(JobError, match=message):
+        load_job_file(target)

@@ -7,6 +7,12 @@ manifest.json and requeues the job; Slurm starts it again on the one node left, 
 command continues from the last checkpoint at world size 1, with the losses of a run never
 disturbed (the trajectory and its tolerance: STEPS below).
 
+The job trains with DeepSpeed ZeRO-2 in micro-batches of 32 (``--micro-batch-size``): on two
+nodes each rank takes one a step, on the one left it accumulates two, so the global batch
+holds and so does the memory a rank needs; the checkpoint of two ranks continues on one
+through ddpimg's universal form (kept beside it: checked below). The other strategies'
+resume on another world size: tests/integration/test_any_shape.py.
+
 Slurm 22.05 (Debian 12) starts a ``--nodes=1-2`` job on one node even with two idle
 (measured here), so the test makes the first start a two-node one: the job waits with both
 nodes drained, its size is set to 2 (``scontrol update NumNodes=2-2``), the nodes come
@@ -27,13 +33,16 @@ from pathlib import Path
 import pytest
 
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates
+from ddpimg.train.strategies.deepspeed_universal import UNIVERSAL, read
 from tests.engines.netns import NamespaceCluster
-from tests.integration.runs import QUICK_TRAIN, command, run, train_losses
+from tests.integration.runs import QUICK_TRAIN, command, read_metrics, run, train_losses
 from tests.integration.test_sbatch import job_info, release_requeued, wait_for_end, wait_until
 from tests.multinode.conftest import RUN_LIMIT_S, SHORT_NAME_PROFILE, TIMEOUT_S
 from tests.noise import FLOAT32_STEP, Tolerance, assert_within
 
-pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
+pytestmark = [
+    pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun, pytest.mark.deepspeed
+]  # fmt: skip
 
 # The trajectory compared: mnist, global batch 64, checkpoints every 4 steps.
 # 15 steps: QUICK_TRAIN amplifies rounding little until then, and more after (python -m
@@ -44,7 +53,8 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slurm, pytest.mark.torchrun]
 # most seen over the 15, rounded up.
 STEPS = 15
 CONTINUED_TOLERANCE = Tolerance(floor=FLOAT32_STEP, multiple=100, steps=STEPS)
-CONTINUED = [*QUICK_TRAIN, "--max-steps", str(STEPS), "--checkpoint-every", "4"]
+DEEPSPEED = ["--strategy", "deepspeed", "--zero-stage", "2", "--micro-batch-size", "32"]
+CONTINUED = [*QUICK_TRAIN, *DEEPSPEED, "--max-steps", str(STEPS), "--checkpoint-every", "4"]
 # The whole run: one epoch of CONTINUED's 2,048 samples in global batches of 64 (32 steps),
 # so that the kill comes well before STEPS wherever the first checkpoint (step 4) lands.
 WHOLE = [*CONTINUED, "--max-steps", "2000"]
@@ -193,6 +203,11 @@ def test_a_node_range_job_that_loses_a_node_requeues_and_finishes_on_the_other(
     # The checkpoint rank 0 named as the last valid one is the one the requeued job took.
     assert (resumed["checkpoint"], resumed["step"]) == (named.group(1), int(named.group(2)))
     assert 0 < resumed["step"] < STEPS, f"the run went past step {STEPS} before the kill"
+    assert "through its universal form" in text, text[-4000:]
+    universal = Path(resumed["checkpoint"]) / "deepspeed" / UNIVERSAL
+    assert read(universal).source_world_size == 2
+    summary = next(m for m in read_metrics(out) if m["kind"] == "summary")
+    assert (summary["world_size"], summary["accumulation_steps"]) == (1, 2)
     assert_within(
         train_losses(out), expected, CONTINUED_TOLERANCE, "2 nodes, a node lost, then 1 node"
     )

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from ddpimg.errors import RendezvousError
+from ddpimg import exitcodes
+from ddpimg.errors import RendezvousError, StartStopped
 from ddpimg.runtime.rendezvous import describe_missing, join, listen_socket, open_store
 from tests.train.ranks import free_port
 
@@ -86,3 +87,27 @@ def test_rank_0s_store_listens_on_the_master_address_only() -> None:
 
 def test_a_master_address_of_another_host_keeps_torchs_default() -> None:
     assert listen_socket("192.0.2.1", free_port()) is None  # TEST-NET-1: never this host's
+
+
+def test_a_huge_world_is_named_in_bounded_time() -> None:
+    """Rank 0 names a few missing ranks and counts the rest: four billion missing ranks
+    (WORLD_SIZE=4294967297, now refused by the topology) once took minutes of lookups."""
+    store = torch_distributed.HashStore()
+    with pytest.raises(RendezvousError) as err:
+        join(store, rank=0, world_size=2**32 + 1, hostname="h0", timeout_s=0.1,
+             host_of_rank=lambda r: None)  # fmt: skip
+    message = err.value.message
+    assert message.startswith(f"{2**32} of {2**32 + 1} ranks never joined the rendezvous")
+    named = ", ".join(str(rank) for rank in range(1, 33))
+    assert message.endswith(f"ranks {named} (host unknown); and {2**32 - 32} more")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_preemption_signal_ends_the_wait_at_once(rank: int) -> None:
+    """Rank 0 waiting for the others and a rank waiting for rank 0's verdict both stop at a
+    signal (``stop`` says which) instead of waiting out the timeout."""
+    store = torch_distributed.HashStore()
+    with pytest.raises(StartStopped, match=f"rank {rank}: SIGTERM arrived while the ranks"):
+        join(store, rank=rank, world_size=2, hostname="h", timeout_s=3600,
+             host_of_rank=lambda r: None, stop=lambda: "SIGTERM")  # fmt: skip
+    assert exitcodes.for_error(StartStopped("x")) == exitcodes.PREEMPTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ddpimg.site.select import (
     select_profile,
     shipped_profile_dir,
 )
+from tests.hangguard import hang_guard
 
 from .conftest import WriteProfile
 
@@ -270,3 +272,15 @@ def test_a_profile_without_cluster_names_still_matches_by_host_inside_slurm(
     assert match_reason(profile, {"SLURM_CLUSTER_NAME": "any"}, "gpu7") == (
         "auto: hostname 'gpu7' matched 'gpu*'"
     )
+
+
+def test_a_fifo_among_the_profiles_is_named_not_opened(tmp_path: Path) -> None:
+    """A FIFO named *.toml in DDPIMG_SITE_PATH stopped every command that detects the site
+    (ddpimg env, train): opening it waits for a writer that never comes."""
+    os.mkfifo(tmp_path / "trap.toml")
+    env = {"DDPIMG_SITE_PATH": str(tmp_path)}
+    with (
+        hang_guard("detecting the site beside a FIFO", 60),
+        pytest.raises(ProfileError, match=r"trap.toml: it is a FIFO \(named pipe\), not a"),
+    ):
+        select_profile(env, "somehost")

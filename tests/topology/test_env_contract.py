@@ -133,3 +133,18 @@ def test_errors_name_variables_and_values(changes: dict[str, str], message: str)
 )  # fmt: skip
 def test_is_loopback(addr: str, local: bool) -> None:
     assert is_loopback(addr) is local
+
+
+@pytest.mark.parametrize(
+    ("world_size", "message"),
+    [
+        ("4294967297", r"WORLD_SIZE=4294967297 is more than 16,777,216, the most ddpimg runs"),
+        ("9" * 5000, r"WORLD_SIZE=9{40} is not a whole number of at most 18 digits"),
+    ],
+)
+def test_a_world_size_beyond_any_machine_is_refused(world_size: str, message: str) -> None:
+    """WORLD_SIZE=4294967297 once had rank 0 wait for four billion ranks (minutes, deaf to
+    SIGTERM); 5,000 digits made int() raise a bare ValueError."""
+    env = envs.SHELL | CONTRACT | {"MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": world_size}
+    with pytest.raises(LauncherError, match=message):
+        resolve_topology(env)

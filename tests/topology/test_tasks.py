@@ -53,3 +53,20 @@ def test_malformed_values_name_variable_and_entry(value: str, message: str) -> N
 def test_error_names_the_variable_it_was_given() -> None:
     with pytest.raises(HostlistError, match=r"^SLURM_STEP_TASKS_PER_NODE='x': "):
         parse_tasks_per_node("x", "SLURM_STEP_TASKS_PER_NODE")
+
+
+def test_a_huge_repeat_is_refused_before_the_list_is_built() -> None:
+    """2(x100000000) once took 1.6 GB before it was refused: the bound is checked first, so
+    refusing it allocates almost nothing (measured by tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(HostlistError, match=r"makes more than 1,048,576 nodes"):
+            parse_tasks_per_node("2(x100000000)")
+        with pytest.raises(HostlistError, match=r"is not a count"):
+            parse_tasks_per_node("9" * 5000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak

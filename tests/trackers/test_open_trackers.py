@@ -14,6 +14,7 @@ import pytest
 
 from ddpimg.errors import DdpimgError
 from ddpimg.trackers import TrackerOptions, open_trackers
+from ddpimg.trackers.mlflow_tracker import BOUNDED_WAITS
 from ddpimg.trackers.state import read_state
 from ddpimg.trackers.wandb_sync import offline_runs
 from ddpimg.train.outputs import RunRecorder
@@ -123,3 +124,28 @@ def test_an_unreachable_server_fails_at_the_start_naming_the_variable(
     with pytest.raises(DdpimgError, match="--log-to mlflow: cannot open a run") as info:
         open_trackers(("tensorboard", "mlflow"), tmp_path, manifest(), dict(os.environ), False)
     assert "MLFLOW_TRACKING_URI" in str(info.value)
+
+
+def test_a_closed_port_is_named_at_once_without_mlflows_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the test's own no-retry settings MLflow's client retried a refused connection
+    for 279 s in silence; ddpimg connects once first (at most CONNECT_TIMEOUT_S) and names
+    what it met. The alarm only catches a hang (MLflow's retries are minutes)."""
+    import signal
+
+    for name in BOUNDED_WAITS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError("hang guard: open_trackers still waits after 120 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    try:
+        with pytest.raises(DdpimgError, match=r"no server answers at 127.0.0.1:9 \(Connection "):
+            open_trackers(("mlflow",), tmp_path, manifest(), dict(os.environ), False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

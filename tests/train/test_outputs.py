@@ -52,7 +52,7 @@ def test_build_info_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "error"),
     [
-        ("{not json", "unreadable: Expecting property name"),
+        ("{not json", "unreadable: not JSON (Expecting property name"),
         ("[1, 2]", "expected a JSON object, found list"),
     ],
 )
@@ -103,10 +103,28 @@ def test_resumed_metrics_keep_the_lines_up_to_the_checkpoint(
     assert path.read_text().splitlines() == [*kept, '{"step": 9}']
 
 
-def test_a_metrics_line_that_cannot_be_written_is_a_named_error() -> None:
-    """/dev/full answers every write with ENOSPC, as a full disk does."""
-    writer = MetricsWriter(Path("/dev/full"))
-    with pytest.raises(DdpimgError, match=r"^/dev/full could not be written \(No space left"):
+def test_a_metrics_line_that_cannot_be_written_is_a_named_error(tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does (put behind the
+    writer: the writer itself opens only a regular file, never a device)."""
+    path = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(path)
+    writer._stream.close()
+    writer._stream = Path("/dev/full").open("w", encoding="utf-8")  # noqa: SIM115
+    with pytest.raises(DdpimgError, match=rf"^{path} could not be written \(No space left"):
         writer.write({"kind": "train", "loss": 1.0})
     assert writer.lines == 0
     writer.close()  # the line it could not write is dropped, not raised again
+
+
+@pytest.mark.parametrize("keep", [None, 1])
+def test_metrics_jsonl_is_never_written_through_a_link(tmp_path: Path, keep: int | None) -> None:
+    """A run directory handed over with metrics.jsonl linked to a file outside it: train
+    once wrote (or emptied) that file. Now nothing is read or written through the link."""
+    outside = tmp_path / "notes.txt"
+    outside.write_text("my notes\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").symlink_to(outside)
+    with pytest.raises(DdpimgError, match=r"run/metrics.jsonl is a link to .*notes.txt"):
+        MetricsWriter(run / "metrics.jsonl", keep_lines=keep)
+    assert outside.read_text(encoding="utf-8") == "my notes\n"

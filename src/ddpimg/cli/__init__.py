@@ -12,6 +12,7 @@ without argparse (``env_cmd.parse_plain``), whose own start-up costs more than t
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -114,9 +115,34 @@ def report_error(err: DdpimgError) -> int:
     return exitcodes.for_error(err)
 
 
+def report_crash(command: str, err: Exception) -> int:
+    """Anything that is not a user error: one line naming the command, the exception and
+    the file its whole traceback went to (a bare traceback on every rank buries the first
+    line that says what went wrong); exit status 1."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(err))
+    try:
+        descriptor, path = tempfile.mkstemp(prefix="ddpimg-traceback-", suffix=".txt")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+            stream.write(f"{command}\n{text}")
+        where = f"the full traceback is in {path}"
+    except OSError as write_error:
+        where = f"its traceback could not be written ({write_error.strerror}):\n{text}"
+    report(
+        f"{command} failed with {type(err).__name__}: {err}; {where}",
+        hint="an error ddpimg does not foresee (a bug, or a library's): report it with that "
+        "file and the command line",
+    )
+    return exitcodes.TRAINING_FAILED
+
+
 def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> int:
     """``ddpimg ARGS``; ``command_prog`` names the console script that stands for the
-    command (``train``)."""
+    command (``train``). A user error is exit status 2 and one ``ddpimg: error:`` line;
+    anything else is exit status 1 and one line (``report_crash``), never a bare
+    traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
     selected = args[0] if args and args[0] in COMMANDS else None
     namespace = parse_args(selected, args, command_prog)
@@ -127,8 +153,10 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
     except ModuleNotFoundError as err:
         missing = missing_package(err)
         if missing is None:
-            raise
+            return report_crash(_command_line(namespace.command, command_prog), err)
         return report_error(missing)
+    except Exception as err:
+        return report_crash(_command_line(namespace.command, command_prog), err)
     except KeyboardInterrupt:
         # Ctrl-C: one line and the documented status, not a traceback per rank; a second
         # Ctrl-C while this process ends changes nothing.
@@ -139,6 +167,10 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
             flush=True,
         )
         return exitcodes.INTERRUPTED
+
+
+def _command_line(command: str, command_prog: str | None) -> str:
+    return command_prog if command_prog == command else f"ddpimg {command}"
 
 
 def train_main() -> int:

@@ -25,14 +25,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         required=True,
         metavar="FILE.png",
-        help="the image to write (format from the suffix: .png, .pdf, .svg)",
+        help="the image to write (format from the suffix: .png, .pdf, .svg); an existing "
+        "file is replaced only with --force",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace the file -o names if it exists"
     )
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ddpimg.fsio import check_new
     from ddpimg.plot import plot_runs, read_run, threads_caveat
     from ddpimg.runs.latest import resolve_run
 
+    check_new(args.output, force=args.force, flag="-o")
     runs = [read_run(resolve_run(str(path))) for path in args.runs]
     plot_runs(runs, args.output)
     print(f"wrote {args.output}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg import exitcodes
+from ddpimg.fsio import check_new, write_text_atomic
 from ddpimg.host import short_hostname
 from ddpimg.jobs import (
     ERROR,
@@ -105,8 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--script-file",
         metavar="FILE",
-        help="write the script to FILE instead of stdout (--output is the job's log)",
+        help="write the script to FILE instead of stdout (--output is the job's log); an "
+        "existing file is replaced only with --force",
     )
+    out.add_argument("--force", action="store_true", help="replace the file -o names if it exists")
     out.add_argument(
         "--submit", action="store_true", help="submit with sbatch and print the job id"
     )
@@ -145,15 +148,17 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     env = dict(os.environ)
+    path = Path(args.script_file) if args.script_file else None
+    if path is not None:
+        check_new(path, force=args.force, flag="-o")
     prepared = prepare(args, env, short_hostname())
     for finding in prepared.findings:
         if finding.level != ERROR:
             print(f"ddpimg: {finding.level}: {finding}", file=sys.stderr, flush=True)
     script = prepared.script()
-    path = Path(args.script_file) if args.script_file else None
     if path is not None:
         try:
-            path.write_text(script, encoding="utf-8")
+            write_text_atomic(path, script)
         except OSError as err:
             raise JobError(
                 f"cannot write the script to {path}: {err.strerror or err}",

@@ -36,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="FILE.toml",
-        help="where task 0 writes the draft; its name (without .toml) is the profile's name",
+        help="where task 0 writes the draft; its name (without .toml) is the profile's name; "
+        "an existing file is replaced only with --force",
+    )
+    probe.add_argument(
+        "--force", action="store_true", help="replace the file --out names if it exists"
     )
     probe.add_argument(
         "--timeout",
@@ -48,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from ddpimg.fsio import check_new
     from ddpimg.probe.run import run_probe
     from ddpimg.site.schema import check_profile_name
 
@@ -61,6 +66,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         )
     if args.timeout <= 0:
         raise DdpimgError(f"--timeout {args.timeout:g}: must be positive", hint="--timeout 120")
+    check_new(out, force=args.force, flag="--out")  # before the probe's minutes, on every task
     command = shlex.join(["ddpimg", *argv])
     if run_probe(dict(os.environ), out, args.timeout, command):
         print(f"ddpimg: drafted {out}; prove it with: srun -N2 --ntasks-per-node 1 ddpimg doctor "

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TextIO
 
 from ddpimg import exitcodes
-from ddpimg.errors import DdpimgError, report
+from ddpimg.errors import DdpimgError, printable, report
 from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.trace_breakdown import PROFILE_DIR
 from ddpimg.trackers.settings import MLFLOW_DIR, TENSORBOARD_DIR
+from ddpimg.untrusted import inside
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,22 @@ def _check_run(run: Path) -> None:
         )
 
 
+_INSIDE_HINT = (
+    "ddpimg sync uploads only files inside the run directory: remove the link, or copy what "
+    "it points at into the run if it belongs there; nothing was uploaded"
+)
+
+
+def _check_inside(path: Path, run: Path, tracker: str) -> None:
+    """A DdpimgError when ``path`` (a tracker's folder in ``run``) is a link out of it."""
+    if not inside(path, run):
+        raise DdpimgError(
+            f"{tracker}: {printable(str(path))} is a link to "
+            f"{printable(os.path.realpath(path))}, outside {printable(str(run))}",
+            hint=_INSIDE_HINT,
+        )
+
+
 def _tensorboard(run: Path, stream: TextIO) -> None:
     logs = run / TENSORBOARD_DIR
     if any(logs.glob("events.out.tfevents.*")):
@@ -52,11 +69,18 @@ def _tensorboard(run: Path, stream: TextIO) -> None:
 
 
 def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
-    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload
+    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload, uploaded_files
 
     directories = offline_runs(run)
     if not directories:
         return True
+    for directory in directories:  # every file inside the run, before any upload
+        _check_inside(directory, run, "W&B")
+        try:
+            uploaded_files(directory)
+        except (OSError, ValueError) as err:
+            where = printable(str(directory))
+            raise DdpimgError(f"W&B: {where}: {err}", hint=_INSIDE_HINT) from err
     pending = [directory for directory in directories if not is_synced(directory)]
     done = len(directories) - len(pending)
     print(
@@ -81,12 +105,20 @@ def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
 
 def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
     from ddpimg.progress_bar import ProgressBar
-    from ddpimg.trackers.mlflow_sync import copy_run, count_series, open_store, source_runs
+    from ddpimg.trackers.mlflow_sync import (
+        artifact_folder,
+        copy_run,
+        count_series,
+        local_artifacts,
+        open_store,
+        source_runs,
+    )
     from ddpimg.trackers.mlflow_sync import store_uri as file_store_uri
 
     mlruns = run / MLFLOW_DIR
     if not mlruns.is_dir():
         return
+    _check_inside(mlruns, run, "MLflow")
     destination_uri = env.get("MLFLOW_TRACKING_URI", "").strip()
     source_uri = file_store_uri(mlruns)
     if not destination_uri:
@@ -101,9 +133,13 @@ def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
     try:
         source, destination = open_store(source_uri), open_store(destination_uri)
         runs = list(source_runs(source))
+        for _, mlflow_run in runs:  # every artifact inside the run, before any upload
+            local_artifacts(artifact_folder(mlruns, mlflow_run), mlruns)
         bar = ProgressBar(f"MLflow {run.name}", count_series(runs), "series", stream)
         for experiment, mlflow_run in runs:
-            copied = copy_run(source, destination, experiment, mlflow_run, bar.advance)
+            copied = copy_run(
+                source, destination, experiment, mlflow_run, bar.advance, mlruns=mlruns
+            )
             what = (
                 f"{'created, ' if copied.created else ''}{copied.params} parameters, "
                 f"{copied.values} metric values, {copied.artifacts} artifacts added"

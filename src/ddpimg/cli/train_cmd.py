@@ -114,6 +114,7 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             devices_per_rank=TRAINERS[config.trainer].devices_per_rank(config),
             trace_dir=None if runs is not None else str(config.out / TRACE_DIR),
             stall_watch=True,
+            stop=lambda: preemption.received,
         )
         startup.mark("process_group")
         finished = False

@@ -23,9 +23,16 @@ import numpy as np
 from ddpimg.errors import DataError
 
 SPLITS = ("train", "val")
+# The most classes a dataset may have (ImageNet-21k has 21,841): a label is a class number
+# below it. A shard names its labels by number, so without the bound a 20 KB file saying
+# 100000000 would make 10^8 class names, and a model output as wide.
+MAX_CLASSES = 100_000
 # torchvision's IMG_EXTENSIONS, compared without case: what ImageFolder takes for an image.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 INDEX_DIR = ".ddpimg-index"
+# The most pixels an image may have: PIL's own warning threshold (89.5 Mpx, about 270 MB as
+# RGB), here an error naming the sample (PIL only warns below twice that).
+MAX_PIXELS = 89_478_485
 LAYOUT_HINT = (
     "give an ImageFolder tree (DIR/train/CLASS/*.jpg and DIR/val/CLASS/*.jpg, the ImageNet "
     "layout) or tar shards (DIR/train-*.tar and DIR/val-*.tar, each sample a KEY.jpg and a "
@@ -54,6 +61,19 @@ class ImageSource(Protocol):
     def where(self, index: int) -> str:
         """Where sample ``index`` is stored, for messages: a file, or ``shard.tar:member``."""
         ...
+
+
+def check_pixels(width: int, height: int) -> None:
+    """PIL's DecompressionBombError for an image of more than ``MAX_PIXELS``, before it is
+    decoded: a header can claim any size, and a 490 KB PNG claiming 13000 x 13000 pixels
+    took 2.5 GB to decode."""
+    if width * height > MAX_PIXELS:
+        from PIL import Image
+
+        raise Image.DecompressionBombError(
+            f"the image claims {width} x {height} pixels, more than the {MAX_PIXELS:,} "
+            "ddpimg decodes"
+        )
 
 
 def is_image_name(name: str) -> bool:

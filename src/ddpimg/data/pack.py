@@ -21,7 +21,6 @@ that makes one read-only image of it all is printed.
 from __future__ import annotations
 
 import io
-import json
 import math
 import multiprocessing
 import os
@@ -35,12 +34,16 @@ from PIL import Image
 
 from ddpimg.data import tarshards
 from ddpimg.data.imagefolder import folder_classes, list_split
-from ddpimg.data.images import INDEX_DIR, SPLITS
-from ddpimg.errors import DataError
+from ddpimg.data.images import INDEX_DIR, SPLITS, check_pixels
+from ddpimg.errors import DataError, printable
 from ddpimg.fsio import fsync_path, write_json_atomic
 from ddpimg.progress_bar import ProgressBar
+from ddpimg.untrusted import MIB, BadInput, read_bytes, read_json
 
 PLAN_FILE = "pack.json"
+PLAN_LIMIT = MIB  # a few hundred bytes
+# The largest image file packed: far above any photograph, a bound on what one read takes.
+MAX_IMAGE_BYTES = 256 * MIB
 DEFAULT_SHARD_MB = 1024.0
 DEFAULT_QUALITY = 90
 MAX_QUALITY = 100  # the top of the JPEG quality scale Pillow takes
@@ -116,6 +119,7 @@ def encode(
         return data, extension, False
     try:
         with Image.open(io.BytesIO(data)) as image:
+            check_pixels(*image.size)
             if max(image.size) <= max_side:
                 return data, extension, False
             # A JPEG is decoded at the smallest scale still at least max_side wide.
@@ -150,10 +154,11 @@ def write_shard(
                 key = f"{shard.first + offset:09d}"
                 source = folder / relative
                 try:
-                    data = source.read_bytes()
-                except OSError as err:
+                    data = read_bytes(source, MAX_IMAGE_BYTES)
+                except (OSError, BadInput) as err:
+                    why = f"({err.strerror})" if isinstance(err, OSError) else f"it is {err}"
                     raise DataError(
-                        f"{source} cannot be read ({err.strerror})",
+                        f"{printable(str(source))} cannot be read: {why}",
                         hint="fix its permissions or remove it, then run the same command again",
                     ) from err
                 extension = source.suffix.lower().lstrip(".")
@@ -181,7 +186,9 @@ def samples_per_shard(folder: Path, paths: list[str], options: PackOptions) -> i
         if options.max_side is None:
             sizes.append(path.stat().st_size)
         else:
-            stored, _, _ = encode(path.read_bytes(), "", options.max_side, options.quality)
+            stored, _, _ = encode(
+                read_bytes(path, MAX_IMAGE_BYTES), "", options.max_side, options.quality
+            )
             sizes.append(len(stored))
     mean = sum(sizes) / len(sizes) if sizes else 1.0
     return max(1, round(options.shard_mb * 1e6 / (mean + _TAR_HEADERS)))
@@ -192,7 +199,7 @@ def _check_plan(target: Path, plan: dict[str, Any]) -> None:
     path = target / PLAN_FILE
     if path.exists():
         try:
-            existing = json.loads(path.read_text(encoding="utf-8"))
+            existing = read_json(path, PLAN_LIMIT)
         except (OSError, ValueError) as err:
             raise DataError(
                 f"{path} cannot be read ({err})", hint="remove it and pack again"

@@ -26,9 +26,12 @@ from typing import Any
 import numpy as np
 
 from ddpimg.fsio import fsync_tree
+from ddpimg.untrusted import MIB, check_regular, read_json
 
 FORMAT = 1
 META_FILE = "table.json"
+# The image listing keeps the time of every folder it walked: about 50 bytes a folder.
+META_LIMIT = 256 * MIB
 _BLOB = ".blob.npy"
 _OFFSETS = ".offsets.npy"
 # What np.load raises, besides OSError and ValueError, for a damaged .npy file: an empty
@@ -106,7 +109,7 @@ def read_table(
     ``strings_needed``, of another length, or not integers; string offsets that do not
     walk their blob): an index is a cache, rebuilt rather than trusted."""
     try:
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        meta = read_json(directory / META_FILE, META_LIMIT)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -119,9 +122,11 @@ def read_table(
     try:
         for path in sorted(directory.glob("*.npy")):
             name = path.name
+            check_regular(path)  # a FIFO named like a column would block np.load
             if name.endswith(_BLOB):
                 column = name.removesuffix(_BLOB)
                 offsets = directory / f"{column}{_OFFSETS}"
+                check_regular(offsets)
                 strings[column] = (np.load(path, mmap_mode="r"), np.load(offsets, mmap_mode="r"))
             elif not name.endswith(_OFFSETS):
                 numbers[name.removesuffix(".npy")] = np.load(path, mmap_mode="r")

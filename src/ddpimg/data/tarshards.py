@@ -17,7 +17,6 @@ shard layout, decides the order.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
@@ -25,13 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ddpimg.data.images import IMAGE_EXTENSIONS
+from ddpimg.data.images import IMAGE_EXTENSIONS, MAX_CLASSES
 from ddpimg.data.table import SampleTable, read_table, write_table
 from ddpimg.data.tarheaders import TarFormatError, members
-from ddpimg.errors import DataError
+from ddpimg.errors import DataError, printable
+from ddpimg.untrusted import MIB, BadInput, open_regular, read_json
 
 KIND = "webdataset"
 DATASET_FILE = "dataset.json"
+DATASET_FILE_LIMIT = 16 * MIB  # MAX_CLASSES names of up to about 160 bytes
 LABEL_EXTENSION = "cls"
 # Shard files kept open per process; older ones are closed first (the limit on open files
 # is often 1024).
@@ -64,9 +65,11 @@ def scan_shard(path: Path) -> list[tuple[str, int, int, int]]:
     images: dict[str, tuple[str, int, int]] = {}
     labels: dict[str, int] = {}
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        descriptor = open_regular(path)  # a FIFO named like a shard would never answer
     except OSError as err:
         raise DataError(f"--data: {path} cannot be opened ({err.strerror})", hint=TAR_HINT) from err
+    except BadInput as err:
+        raise DataError(f"--data: {printable(str(path))} is {err}", hint=TAR_HINT) from err
     try:
         for member in members(descriptor, os.fstat(descriptor).st_size):
             parts = split_member(member.name) if member.is_file else None
@@ -101,7 +104,15 @@ def _label(data: bytes, where: str) -> int:
     text = data.decode("utf-8", "replace").strip()
     # isdigit alone also takes digits int() does not read, such as "²".
     if not (text.isascii() and text.isdigit()) or len(data) > LABEL_BYTES:
-        raise DataError(f"--data: {where} holds {text[:20]!r}, not a class number", hint=TAR_HINT)
+        raise DataError(
+            f"--data: {printable(where)} holds {text[:20]!r}, not a class number", hint=TAR_HINT
+        )
+    if int(text) >= MAX_CLASSES:
+        raise DataError(
+            f"--data: {printable(where)} holds {text}, a class number above "
+            f"{MAX_CLASSES - 1:,} (a dataset has at most {MAX_CLASSES:,} classes)",
+            hint=TAR_HINT,
+        )
     return int(text)
 
 
@@ -156,7 +167,9 @@ def _within_shards(table: SampleTable, sizes: list[int]) -> bool:
     if not len(table):
         return True
     shard, offset, size = numbers["shard"], numbers["offset"], numbers["size"]
-    if int(shard.min()) < 0 or int(shard.max()) >= len(sizes) or int(numbers["label"].min()) < 0:
+    if int(shard.min()) < 0 or int(shard.max()) >= len(sizes):
+        return False
+    if not 0 <= int(numbers["label"].min()) <= int(numbers["label"].max()) < MAX_CLASSES:
         return False
     ends = np.asarray(sizes, dtype=np.int64)[shard]
     return bool(np.all((offset >= 0) & (size >= 0) & (offset + size <= ends)))
@@ -165,22 +178,26 @@ def _within_shards(table: SampleTable, sizes: list[int]) -> bool:
 def dataset_classes(root: Path, label_count: int) -> list[str]:
     """The class names: ``dataset.json``'s, or the numbers 0 .. ``label_count`` - 1."""
     path = root / DATASET_FILE
-    if not path.is_file():
+    if not path.exists():
         return [str(label) for label in range(label_count)]
     try:
-        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
+        classes = read_json(path, DATASET_FILE_LIMIT)["classes"]
+        if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+            raise BadInput("'classes' is not a list of names")
+        if len(classes) > MAX_CLASSES:
+            raise BadInput(f"{len(classes):,} classes, more than {MAX_CLASSES:,}")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DataError(
             f"--data: {path} has no readable 'classes' list ({err})",
             hint='rewrite it as {"classes": ["name", ...]} or remove it',
         ) from err
-    if not isinstance(classes, list) or len(classes) < label_count:
+    if len(classes) < label_count:
         raise DataError(
             f"--data: {path} names {len(classes)} classes, but the shards use labels up to "
             f"{label_count - 1}",
             hint=f"list every class in {DATASET_FILE}, or remove it to number them",
         )
-    return [str(name) for name in classes]
+    return list(classes)
 
 
 class TarSource:
@@ -223,6 +240,6 @@ class TarSource:
         if len(self._open) >= OPEN_SHARDS:
             _, oldest = self._open.popitem(last=False)
             os.close(oldest)
-        descriptor = os.open(self.paths[shard], os.O_RDONLY)
+        descriptor = open_regular(self.paths[shard])
         self._open[shard] = descriptor
         return descriptor

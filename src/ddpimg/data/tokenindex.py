@@ -11,7 +11,6 @@ entries of the shards it makes, so its output is never scanned.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,9 +18,11 @@ from typing import Any, TextIO
 from ddpimg.data.images import index_dirs, writable_index_dir
 from ddpimg.data.tokenshards import TokenShard, TokenSplits, scan_max_token
 from ddpimg.fsio import write_json_atomic
+from ddpimg.untrusted import MIB, read_json
 
 INDEX_NAME = "tokens"
 INDEX_FILE = "tokens.json"
+INDEX_LIMIT = 64 * MIB  # about 200 bytes a shard
 
 
 def _identity(path: Path) -> dict[str, int]:
@@ -31,7 +32,7 @@ def _identity(path: Path) -> dict[str, int]:
 
 def _read(folder: Path) -> dict[str, Any]:
     try:
-        content = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
+        content = read_json(folder / INDEX_FILE, INDEX_LIMIT)
     except (OSError, ValueError):
         return {}
     return content if isinstance(content, dict) else {}

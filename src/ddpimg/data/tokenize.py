@@ -42,9 +42,10 @@ from ddpimg.data.tokenshards import (
     TOKENIZER_FILE,
     ShardFormat,
 )
-from ddpimg.errors import DataError
+from ddpimg.errors import DataError, printable
 from ddpimg.fsio import fsync_path, write_json_atomic
 from ddpimg.progress_bar import ProgressBar
+from ddpimg.untrusted import BadInput, check_regular
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 DEFAULT_VAL_EVERY = 100
@@ -111,6 +112,10 @@ def chunks(files: list[Path]) -> Iterator[Chunk]:
     """The documents of ``files`` in order, about ``CHUNK_BYTES`` of text a chunk."""
     first = 0
     for path in files:
+        try:
+            check_regular(path)  # a FIFO or a device would never end
+        except BadInput as err:
+            raise DataError(f"{printable(str(path))} is {err}", hint="give text files") from err
         if path.suffix in TEXT_SUFFIXES:
             data = path.read_bytes()
             yield Chunk(first, [_decode(data, str(path))], str(path), len(data))

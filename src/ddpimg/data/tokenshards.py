@@ -30,7 +30,6 @@ random access (``WindowReader``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
@@ -39,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ddpimg.errors import DataError
+from ddpimg.errors import DataError, printable
+from ddpimg.untrusted import BadInput, open_regular, read_json
 
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -47,6 +47,11 @@ GPT2_VOCABULARY = 50257
 LLAMA3_VOCABULARY = 128256
 # ``ddpimg data tokenize`` writes this beside its shards: the tokenizer and its vocabulary.
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE_LIMIT = 1 << 20  # ddpimg writes a line of about 100 bytes
+# The largest vocabulary a dataset or a model may have: four times the largest in use
+# (262,144 tokens). A model's embedding has a row per token, so a record saying 10^12 would
+# otherwise ask for terabytes before the first step.
+MAX_VOCABULARY = 1 << 20
 # Shard files kept open per process; older ones are closed first (the limit on open files
 # is often 1024).
 OPEN_SHARDS = 128
@@ -103,10 +108,12 @@ def inspect_shard(path: Path) -> TokenShard:
     """The format and token count of ``path``, validated; DataError naming the file."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as stream:
+        with os.fdopen(open_regular(path), "rb") as stream:  # never a FIFO or a device
             head = stream.read(HEADER_BYTES)
     except OSError as err:
         raise DataError(f"--data: {path} cannot be read ({err.strerror})", hint=DATA_HINT) from err
+    except BadInput as err:
+        raise DataError(f"--data: {printable(str(path))} is {err}", hint=DATA_HINT) from err
     ints = np.frombuffer(head[: len(head) // 4 * 4], dtype="<i4")
     magic = int(ints[0]) if len(ints) else None
     found = LLMC_FORMATS.get(magic) if magic is not None else None
@@ -256,14 +263,17 @@ def declared_vocabulary(splits: TokenSplits) -> Vocabulary:
     """The data's vocabulary: ``tokenizer.json`` beside the first training shard (``ddpimg
     data tokenize`` writes it), else the format's tokenizer's."""
     path = splits.train[0].path.parent / TOKENIZER_FILE
-    if path.is_file():
+    if path.exists():
         try:
-            recorded = json.loads(path.read_text(encoding="utf-8"))
+            recorded = read_json(path, TOKENIZER_FILE_LIMIT)
             size = int(recorded["vocabulary"])
             eot = recorded.get("eot_token")
             eot = None if eot is None else int(eot)
-            if size <= 0 or (eot is not None and not 0 <= eot < size):
-                raise ValueError(f"vocabulary {size}, end-of-text token {eot}")
+            if not 0 < size <= MAX_VOCABULARY or (eot is not None and not 0 <= eot < size):
+                raise ValueError(
+                    f"vocabulary {size}, end-of-text token {eot} (a vocabulary has 1 to "
+                    f"{MAX_VOCABULARY:,} tokens)"
+                )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise DataError(
                 f"--data: {path} cannot be read as ddpimg's tokenizer record ({err})",
@@ -283,7 +293,7 @@ def scan_max_token(shard: TokenShard, chunk_tokens: int = 1 << 23) -> int:
     largest = -1
     itemsize = shard.format.dtype.itemsize
     buffer = bytearray(chunk_tokens * itemsize)
-    with shard.path.open("rb", buffering=0) as stream:
+    with os.fdopen(open_regular(shard.path), "rb", buffering=0) as stream:
         stream.seek(shard.format.header_bytes)
         left = shard.tokens
         while left:
@@ -355,7 +365,7 @@ class WindowReader:
         if found is not None:
             self._files.move_to_end(index)
             return found
-        descriptor = os.open(self.shards[index].path, os.O_RDONLY)
+        descriptor = open_regular(self.shards[index].path)
         self._files[index] = descriptor
         if len(self._files) > OPEN_SHARDS:
             os.close(self._files.popitem(last=False)[1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpimg.errors import with_hint
+from ddpimg.errors import printable, with_hint
 
 ERROR = "error"
 WARNING = "warning"
@@ -19,4 +19,4 @@ class Finding:
     hint: str
 
     def __str__(self) -> str:
-        return with_hint(self.message, self.hint)
+        return with_hint(printable(self.message), printable(self.hint))

@@ -26,7 +26,7 @@ from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
-from ddpimg.runtime.rendezvous import join, open_store
+from ddpimg.runtime.rendezvous import Stop, agent_store, join, open_store
 from ddpimg.runtime.stall import watch_enabled
 from ddpimg.runtime.stall.watch import NCCL_EXTRA_S
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
@@ -96,6 +96,7 @@ def initialize(
     *,
     trace_dir: str | None = None,
     stall_watch: bool = False,
+    stop: Stop | None = None,
 ) -> DistContext:
     """Apply the plan, check that the image's torch can drive this GPU, bind the device
     (unless one is given; the first of ``devices_per_rank`` when a rank drives several),
@@ -103,7 +104,8 @@ def initialize(
     into ``trace_dir`` when a collective outlives the timeout. ``stall_watch``: the caller
     runs ``ddpimg.runtime.stall``'s watch, which gives up on a stuck NCCL collective after
     the timeout; NCCL's own watchdog, which ends the process without a word, then waits
-    ``NCCL_EXTRA_S`` longer."""
+    ``NCCL_EXTRA_S`` longer. ``stop``: the preemption signal received, if any; the join
+    ends at once when one arrives (``errors.StartStopped``)."""
     import torch.distributed as dist
     from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public re-export
 
@@ -114,7 +116,7 @@ def initialize(
     if device is None:
         device = bind_device(topo.local_rank, topo.local_world_size, devices_per_rank)
     chosen = default_backend(device, backend or plan.site.backend)
-    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    use_agent_store = agent_store(os.environ)
     enable_flight_recorder(chosen, trace_dir)
     port = rendezvous_port(plan)
     store = open_store(master, port, topo.rank, timeout_s, use_agent_store)
@@ -125,6 +127,7 @@ def initialize(
         hostname=short_hostname(),
         timeout_s=timeout_s,
         host_of_rank=topo.host_of_rank,
+        stop=stop or (lambda: None),
     )
     stalled = functools.partial(collectives_stalled, chosen, timeout_s, topo.rank, dict(os.environ))
     watched = stall_watch and chosen == "nccl" and watch_enabled(os.environ, topo.world_size)

@@ -36,6 +36,23 @@ class _ExplainedExits(logging.Filter):
         return not (str(record.msg).startswith("failed (exitcode: ") and explained)
 
 
+# A worker's status that only follows from another's failure or from outside: the agent
+# stops the other workers once one failed (a preemption signal to them), a rank gives up on
+# a lost one, Ctrl-C. Any other status a worker exits with is its own failure.
+_CONSEQUENCES = (exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED)
+
+
+def launcher_status(codes: list[int]) -> int:
+    """The launcher's exit status from its failed workers' (in rank order): a worker's own
+    failure (1, 2, 3, ...) first, whatever the others then exited with; else a lost rank,
+    then preempted, then interrupted; a worker killed by a signal alone (negative) reads as
+    a failed run."""
+    own = [code for code in codes if code > 0 and code not in _CONSEQUENCES]
+    if own:
+        return own[0]
+    return next((status for status in _CONSEQUENCES if status in codes), exitcodes.TRAINING_FAILED)
+
+
 def launch_local_workers(
     plan: LaunchPlan,
     nproc: int,
@@ -100,8 +117,7 @@ def launch_local_workers(
     try:
         elastic_launch(config, sys.executable)(*program)
     except ChildFailedError as err:
-        codes = [failure.exitcode for failure in err.failures.values()]
-        return next((c for c in codes if c > 0), exitcodes.TRAINING_FAILED)
+        return launcher_status([err.failures[rank].exitcode for rank in sorted(err.failures)])
     finally:
         log_dir.cleanup()
     return exitcodes.OK

@@ -19,11 +19,11 @@ import errno
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ddpimg.errors import RendezvousError
+from ddpimg.errors import RendezvousError, StartStopped
 
 if TYPE_CHECKING:
     # The public name torch.distributed.Store is a re-export mypy does not see.
@@ -36,6 +36,24 @@ VERDICT_OK = "ok"
 READ_COUNTER = "ddpimg/verdict-read"
 READERS_GRACE_S = 10.0
 PROGRESS_EVERY_S = 30.0
+# Rank 0 names the first MISSING_NAMED missing ranks among the first MISSING_SCAN (one store
+# lookup each: the message costs the same for any world size) and counts the rest.
+MISSING_SCAN = 1024
+MISSING_NAMED = 32
+# How often a waiting rank looks at the store and at ``stop`` (a signal ends the wait).
+POLL_S = 0.5
+# A signal that asks the rank to stop, if one arrived ("SIGTERM"), else None.
+Stop = Callable[[], "str | None"]
+
+
+def _never() -> str | None:
+    return None
+
+
+def agent_store(env: Mapping[str, str]) -> bool:
+    """Whether torchrun's agent serves the rendezvous store (``--nproc-per-node``, torchrun):
+    then rank 0 only connects to it, and the store outlives the workers."""
+    return env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
 
 
 def open_store(
@@ -120,30 +138,57 @@ def join(
     hostname: str,
     timeout_s: float,
     host_of_rank: Callable[[int], str | None],
+    stop: Stop = _never,
 ) -> None:
     """Check in, and on rank 0 wait for everyone. Raises RendezvousError on every arrived rank
-    when someone is missing at the deadline."""
+    when someone is missing at the deadline. Every wait looks at ``stop`` twice a second: a
+    preemption signal (SIGTERM, SIGUSR2) ends it at once with a ``StartStopped``."""
     store.set(JOIN_KEY.format(rank=rank), hostname)
     store.add(JOINED_COUNTER, 1)
     if rank == 0:
-        verdict = _wait_for_all(store, world_size, timeout_s, host_of_rank)
+        verdict = _wait_for_all(store, world_size, timeout_s, host_of_rank, stop)
         store.set(VERDICT_KEY, verdict)
         if verdict != VERDICT_OK:
             # Rank 0 hosts the store: leaving at once would cut off the ranks still reading
             # the verdict, which would then die on a bare network error instead of this one.
             _wait_for_readers(store, store.add(JOINED_COUNTER, 0) - 1)
     else:
-        try:
-            store.wait([VERDICT_KEY], timedelta(seconds=timeout_s + 30))
-            verdict = store.get(VERDICT_KEY).decode()
-            store.add(READ_COUNTER, 1)
-        except Exception as err:
-            raise RendezvousError(
-                f"rank {rank} got no word from rank 0 within {timeout_s + 30:g} s: {err}",
-                hint="rank 0 may have died; see its log",
-            ) from err
+        verdict = _wait_for_verdict(store, rank, timeout_s + 30, stop)
     if verdict != VERDICT_OK:
         raise RendezvousError(verdict, hint=_MISSING_HINT)
+
+
+def _stopped(stop: Stop, rank: int) -> None:
+    received = stop()
+    if received is not None:
+        raise StartStopped(
+            f"rank {rank}: {received} arrived while the ranks were meeting, before the first "
+            "step: nothing to save",
+            hint="the job can be requeued (ddpimg sbatch's script does); the same command "
+            "continues from the last checkpoint",
+        )
+
+
+def _wait_for_verdict(store: Store, rank: int, limit_s: float, stop: Stop) -> str:
+    """Rank 0's verdict, looked for every ``POLL_S`` (a blocking wait in the store's client
+    would not return for a signal)."""
+    deadline = time.monotonic() + limit_s
+    try:
+        while not store.check([VERDICT_KEY]):
+            _stopped(stop, rank)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no verdict after {limit_s:g} s")
+            time.sleep(POLL_S)
+        verdict: str = store.get(VERDICT_KEY).decode()
+        store.add(READ_COUNTER, 1)
+    except StartStopped:
+        raise
+    except Exception as err:
+        raise RendezvousError(
+            f"rank {rank} got no word from rank 0 within {limit_s:g} s: {err}",
+            hint="rank 0 may have died; see its log",
+        ) from err
+    return verdict
 
 
 def _wait_for_readers(store: Store, readers: int) -> None:
@@ -164,6 +209,7 @@ def _wait_for_all(
     world_size: int,
     timeout_s: float,
     host_of_rank: Callable[[int], str | None],
+    stop: Stop = _never,
 ) -> str:
     start = time.monotonic()
     deadline = start + timeout_s
@@ -173,6 +219,7 @@ def _wait_for_all(
         joined = store.add(JOINED_COUNTER, 0)
         if joined >= world_size:
             return VERDICT_OK
+        _stopped(stop, 0)
         now = time.monotonic()
         if now >= deadline:
             break
@@ -185,9 +232,13 @@ def _wait_for_all(
             )
             next_report += PROGRESS_EVERY_S
         time.sleep(min(delay, max(deadline - now, 0.0)))
-        delay = min(delay * 2, 0.5)
-    missing = [r for r in range(world_size) if not store.check([JOIN_KEY.format(rank=r)])]
+        delay = min(delay * 2, POLL_S)
+    count = world_size - store.add(JOINED_COUNTER, 0)
+    scanned = range(min(world_size, MISSING_SCAN))
+    missing = [r for r in scanned if not store.check([JOIN_KEY.format(rank=r)])][:MISSING_NAMED]
+    unnamed = count - len(missing)
     return (
-        f"{len(missing)} of {world_size} ranks never joined the rendezvous within "
+        f"{count} of {world_size} ranks never joined the rendezvous within "
         f"{timeout_s:g} s: {describe_missing(missing, host_of_rank)}"
+        + (f"{'; and' if missing else ''} {unnamed} more" if unnamed > 0 else "")
     )

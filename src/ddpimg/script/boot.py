@@ -25,9 +25,8 @@ import os
 import runpy
 import signal
 import sys
-import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,12 +82,14 @@ def _publish_master(options: ScriptOptions) -> None:
     os.environ["MASTER_ADDR"] = broadcast_master_address(profile, short_hostname())
 
 
-def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
+def _meet(
+    options: ScriptOptions, rank: int, world_size: int, stop: Callable[[], str | None]
+) -> Store:
     """Open (rank 0: host) the rendezvous store and check in; bounded by ``--timeout``."""
     from ddpimg.host import short_hostname
-    from ddpimg.runtime.rendezvous import join, open_store
+    from ddpimg.runtime.rendezvous import agent_store, join, open_store
 
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    agent = agent_store(os.environ)
     master, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     store = open_store(master, port, rank, options.timeout_s, agent)
     hosts = list(options.run_info.get("hosts", []))
@@ -100,6 +101,7 @@ def _meet(options: ScriptOptions, rank: int, world_size: int) -> Store:
         hostname=short_hostname(),
         timeout_s=options.timeout_s,
         host_of_rank=lambda r: hosts[r // per_node] if per_node else None,
+        stop=stop,
     )
     return store
 
@@ -227,7 +229,9 @@ class Boot:
             _publish_master(options)
         key = None
         if self.world_size > 1:
-            self.store = _meet(options, self.rank, self.world_size)
+            self.store = _meet(
+                options, self.rank, self.world_size, lambda: runtime.preemption.received
+            )
             key = _job_key(options, self.store, self.rank, self.world_size)
         self._settle_run(runtime, path, args, key, threads)
         options = self.options
@@ -295,7 +299,14 @@ class Boot:
     def _outcome(self, runtime: ScriptRuntime, path: str) -> int:
         """Run the script at ``path``; how it ended, as this rank's exit status."""
         try:
-            runpy.run_path(path, run_name="__main__")
+            try:
+                runpy.run_path(path, run_name="__main__")
+            finally:
+                # The script is over, whichever way: a preemption signal from now on (the
+                # launcher stopping this worker because another one failed, or a job near
+                # its time limit) must not turn this ending into another, half recorded.
+                for sig in runtime.preemption.signals:
+                    signal.signal(sig, signal.SIG_IGN)
         except ScriptPreempted as stop:
             where = (
                 f"checkpoint {stop.checkpoint}"
@@ -370,7 +381,7 @@ class Boot:
             if runtime.record is not None:
                 _finish_lost(runtime.record, lost)
             self._stop_watch(runtime)
-            return exitcodes.RANK_LOST
+            return exitcodes.for_error(lost)
         err = library_errors.explained(err) or err
         if isinstance(err, DdpimgError):
             report(err)
@@ -387,8 +398,14 @@ class Boot:
         # its time limit) must not turn this ending into another.
         for sig in runtime.preemption.signals:
             signal.signal(sig, signal.SIG_IGN)
-        if status == "completed" and self.rank == 0 and runtime.watch is not None:
-            _linger(runtime.watch, self.options.timeout_s)
+        if self.rank == 0 and runtime.watch is not None and _hosts_store():
+            # Rank 0's store holds every rank's record: it stays until the others have read
+            # how this rank ended (a rank that failed too must find this one failed, not the
+            # store gone, which would read as a lost rank). After a failure only briefly:
+            # this process keeps the script's connections open, and a rank waiting in a
+            # collective learns of the failure when they close.
+            watch = runtime.watch
+            watch.linger(self.options.timeout_s if status == "completed" else watch.limits.grace_s)
         self._stop_watch(runtime)
         if runtime.record is not None:
             runtime.record.finish(status, exit_status, error)
@@ -408,31 +425,19 @@ def _last_checkpoint(runtime: ScriptRuntime) -> str | None:
 
 
 def _finish_lost(record: ScriptRecord, error: RankLostError) -> None:
-    record.update(rank_lost=error.details)
-    record.finish("failed", exitcodes.RANK_LOST, str(error))
+    """The manifest of a run whose ranks gave up on another: ``rank_lost`` (a lost rank,
+    exit status 5), or ``rank_failed`` when every rank named raised an error of its own
+    (exit status 1, as theirs)."""
+    record.update(**{"rank_failed" if error.raised else "rank_lost": error.details})
+    record.finish("failed", exitcodes.for_error(error), str(error))
 
 
-def _linger(watch: StallWatch, limit_s: float) -> None:
-    """Rank 0 hosts the store: before it exits, let the other ranks finish (their records
-    say done or failed, or they went silent), bounded by ``limit_s``, so that a rank still
-    finishing its own last work does not find the store gone and take that for a loss."""
-    from ddpimg.runtime.stall.watch import StoreUnanswered
+def _hosts_store() -> bool:
+    """Whether this rank 0 serves the rendezvous store (torchrun's agent serves it under
+    ``--nproc-per-node`` and outlives its workers)."""
+    from ddpimg.runtime.rendezvous import agent_store
 
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        try:
-            records = watch.board.read_all()
-        except (StoreUnanswered, RuntimeError):
-            return
-        now = time.time()
-        if all(
-            record is not None
-            and (record.state != "running" or now - record.beat > watch.limits.stale_after_s)
-            for rank, record in records.items()
-            if rank != watch.rank
-        ):
-            return
-        time.sleep(watch.limits.period_s)
+    return not agent_store(os.environ)
 
 
 def _release_process_group() -> None:

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
-from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
 from ddpimg.script.options import RESUME_NONE
 from ddpimg.trackers.settings import TrackerOptions
 from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
 from ddpimg.train.progress import Progress
+from ddpimg.untrusted import parse_json, read_json, read_lines
 
 if TYPE_CHECKING:
     from ddpimg.trackers import Trackers
@@ -45,10 +46,10 @@ def earlier_run(out: Path, script: str, resume: str) -> dict[str, Any] | None:
     DdpimgError: this run would replace its manifest.json and metrics.jsonl."""
     path = out / MANIFEST
     try:
-        earlier: Any = json.loads(path.read_text(encoding="utf-8"))
+        earlier: Any = read_json(path, MANIFEST_LIMIT)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, ValueError):
         earlier = None
     if resume == RESUME_NONE:
         return None
@@ -94,20 +95,16 @@ def _digest(path: str) -> str | None:
 
 def _complete_lines(path: Path, keep: Any) -> list[str]:
     """The complete lines of ``path`` whose record passes ``keep`` (none if it is missing)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
     kept = []
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break  # a line cut short by a crash
-        try:
-            record = json.loads(line)
-        except ValueError:
-            break
-        if isinstance(record, dict) and keep(record):
-            kept.append(line)
+    try:
+        for line in read_lines(path, MAX_METRICS_LINE):
+            if not line.endswith("\n"):
+                break  # a line cut short by a crash
+            record = parse_json(line)
+            if isinstance(record, dict) and keep(record):
+                kept.append(line)
+    except (OSError, ValueError):  # missing, or the end of what reads as metrics
+        pass
     return kept
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ddpimg.errors import LauncherError
+from ddpimg.errors import LauncherError, printable
 from ddpimg.topology.model import Env
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+", re.ASCII)
+# A rank, size or port has at most 10 digits; int() of a 5,000-digit one is refused unread.
+_MAX_DIGITS = 18
 
 # Apptainer's --cleanenv, `env -i` and wrapper scripts are the usual reasons a variable the
 # launcher always sets does not reach the process.
@@ -58,9 +60,10 @@ def parse_int(name: str, value: str, launcher: str) -> int:
             f"{launcher}: {name}={value} is negative",
             "ranks and sizes are whole numbers from 0 upwards",
         )
-    if not _WHOLE_NUMBER.fullmatch(text):
+    if not _WHOLE_NUMBER.fullmatch(text) or len(text) > _MAX_DIGITS:
         raise LauncherError(
-            f"{launcher}: {name}={value} is not a whole number",
+            f"{launcher}: {name}={printable(value[:40])} is not a whole number"
+            + (f" of at most {_MAX_DIGITS} digits" if _WHOLE_NUMBER.fullmatch(text) else ""),
             f"expected a whole number such as 0 or 4; check the script that sets {name}",
         )
     return int(text)

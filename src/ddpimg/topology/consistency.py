@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ddpimg.errors import LauncherError
-from ddpimg.topology.model import Env, Origin, Topology
+from ddpimg.topology.model import MAX_WORLD_SIZE, Env, Origin, Topology
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LABELS = {"num_nodes": "node count", "hosts": "host list"}
@@ -32,6 +32,8 @@ def check_topology(topology: Topology, origin: Origin, env: Env) -> Topology:
     for size in ("world_size", "local_world_size", "num_nodes"):
         if getattr(topology, size) < 1:
             raise fail(f"{show(size)} must be at least 1")
+        if getattr(topology, size) > MAX_WORLD_SIZE:
+            raise fail(f"{show(size)} is more than {MAX_WORLD_SIZE:,}, the most ddpimg runs")
     for index in ("rank", "local_rank", "node_rank"):
         if getattr(topology, index) < 0:
             raise fail(f"{show(index)} must not be negative")

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 Env = Mapping[str, str]
+# The most ranks a job may have: 16 times the largest machine's GPUs (about 10^6), far
+# below what a copied or mistyped variable can say (WORLD_SIZE=4294967297 would have the
+# rendezvous wait for four billion ranks, and name each one missing).
+MAX_WORLD_SIZE = 1 << 24
 
 
 @dataclass(frozen=True)

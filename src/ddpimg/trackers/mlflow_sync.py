@@ -2,6 +2,12 @@
 nodes) into the tracking server ``MLFLOW_TRACKING_URI`` names, through MLflow's own client
 API on both sides.
 
+Only files inside the run directory are uploaded, whatever the store's metadata says: a
+run's ``meta.yaml`` names its artifact location (``artifact_uri``), and one handed to you
+could name any folder of yours (``file:///home/me/.ssh``). The artifacts are read from the
+run's own folder in the store instead (``mlruns/EXPERIMENT/RUN/artifacts``), walked without
+following a link out of it (``ddpimg.untrusted.files_inside``).
+
 Idempotent: each copied run carries the tag ``ddpimg.source_run_id``; a second copy finds
 it and adds only what it lacks: parameters, metric values (key, step, timestamp, value),
 artifacts, and the final status. A run resumed after the first copy therefore gets its
@@ -10,14 +16,17 @@ new values on the next, and a repeat uploads nothing.
 
 from __future__ import annotations
 
+import os
 import posixpath
-import tempfile
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.trackers.mlflow_tracker import allow_file_store, experiment_id, log_params
+from ddpimg.untrusted import BadInput, files_inside, inside
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -27,6 +36,8 @@ SOURCE_TAG = "ddpimg.source_run_id"
 # Tags MLflow sets on a run itself; the destination gets its own.
 _SYSTEM_TAGS = ("mlflow.runName",)
 _METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
+# What MLflow's file store names its experiment and run folders: digits, hex ids.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass
@@ -64,15 +75,50 @@ def _artifact_files(client: MlflowClient, run_id: str, path: str | None = None) 
     return files
 
 
+def artifact_folder(mlruns: Path, run: Run) -> Path:
+    """Where the file store ``mlruns`` keeps ``run``'s artifacts: its own folder, whatever
+    its metadata's ``artifact_uri`` says. A run or experiment id that is not a plain name is
+    refused (a DdpimgError), not joined to the path."""
+    ids: tuple[str, str] = (run.info.experiment_id, run.info.run_id)
+    if not all(isinstance(name, str) and _PLAIN_NAME.fullmatch(name) for name in ids):
+        raise DdpimgError(
+            f"MLflow: {printable(str(mlruns))} holds a run whose ids are not plain names "
+            f"({printable(repr(ids))})",
+            hint="the store was edited by hand; nothing of it was uploaded",
+        )
+    return mlruns / ids[0] / ids[1] / "artifacts"
+
+
+def local_artifacts(folder: Path, mlruns: Path) -> list[str]:
+    """The artifact files under ``folder`` as MLflow names them (POSIX paths relative to
+    it); a link out of the folder, or a folder that is a link out of ``mlruns``, is a
+    DdpimgError naming it (nothing is uploaded)."""
+    if not folder.is_dir():
+        return []
+    try:
+        if not inside(folder, mlruns):
+            raise BadInput(f"it is a link to {printable(os.path.realpath(folder))}")
+        return [path.as_posix() for path in files_inside(folder)]
+    except (OSError, ValueError) as err:
+        raise DdpimgError(
+            f"MLflow: artifacts of {printable(str(folder.parent))}: {err}",
+            hint="ddpimg sync uploads only files inside the run directory: remove the link, "
+            "or copy what it points at into the run if it belongs there",
+        ) from err
+
+
 def copy_run(
     source: MlflowClient,
     destination: MlflowClient,
     experiment: str,
     run: Run,
     advance: Callable[[int], None],
+    *,
+    mlruns: Path,
 ) -> CopyReport:
-    """Bring ``run`` (of ``source``) into ``destination``'s ``experiment``; ``advance(1)``
-    after each metric's series."""
+    """Bring ``run`` (of ``source``, the file store ``mlruns``) into ``destination``'s
+    ``experiment``; ``advance(1)`` after each metric's series. The artifacts come from
+    ``artifact_folder``: the run's own folder in ``mlruns``."""
     from mlflow.entities import Metric
 
     run_id = run.info.run_id
@@ -114,11 +160,10 @@ def copy_run(
         advance(1)
 
     have_files = set(_artifact_files(destination, target))
-    missing = [path for path in _artifact_files(source, run_id) if path not in have_files]
-    with tempfile.TemporaryDirectory(prefix="ddpimg-sync-") as scratch:
-        for path in missing:
-            local = source.download_artifacts(run_id, path, scratch)
-            destination.log_artifact(target, local, posixpath.dirname(path) or None)
+    folder = artifact_folder(mlruns, run)
+    missing = [path for path in local_artifacts(folder, mlruns) if path not in have_files]
+    for path in missing:
+        destination.log_artifact(target, str(folder / path), posixpath.dirname(path) or None)
     report.artifacts = len(missing)
 
     status = run.info.status

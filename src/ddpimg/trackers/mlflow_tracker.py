@@ -34,12 +34,44 @@ if TYPE_CHECKING:
 ALLOW_FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"
 _STATUS = {"completed": "FINISHED", "preempted": "KILLED", "interrupted": "KILLED"}
 _BAD_KEY_CHARACTERS = re.compile(r"[^\w./\- ]")
+# How long the first connection to a tracking server may take.
+CONNECT_TIMEOUT_S = 10.0
+# MLflow's own waits for a server that accepted the connection: a request may take 30 s and
+# is retried twice (MLflow's defaults: 120 s and 7 retries with backoff, about 5 minutes).
+BOUNDED_WAITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
 
 
 def allow_file_store(uri: str) -> None:
-    """Let MLflow open a file store (see the module docstring); a user's own setting stays."""
+    """Let MLflow open a file store (see the module docstring); a user's own setting stays.
+    For a server: check that it answers (``check_reachable``) and bound MLflow's own waits
+    (``BOUNDED_WAITS``), unless the user set them."""
     if uri.startswith("file:"):
         os.environ.setdefault(ALLOW_FILE_STORE, "true")
+        return
+    check_reachable(uri)
+    for name, value in BOUNDED_WAITS.items():
+        os.environ.setdefault(name, value)
+
+
+def check_reachable(uri: str) -> None:
+    """Connect to an http(s) tracking server's port, for at most ``CONNECT_TIMEOUT_S``:
+    MLflow's client retries a refused connection with backoff for minutes, silently. An
+    OSError names what the connection met."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        raise ConnectionError(
+            f"MLFLOW_TRACKING_URI={uri}: no server answers at {parts.hostname}:{port} ({reason}"
+            f", waited at most {CONNECT_TIMEOUT_S:g} s)"
+        ) from err
 
 
 def mlflow_key(name: str) -> str:
@@ -77,10 +109,11 @@ class MlflowTracker:
         previous: Mapping[str, Any] | None,
         resume_step: int | None,
     ) -> MlflowTracker:
+        uri = settings.mlflow_uri
+        allow_file_store(uri)  # first: it checks that a server answers, without mlflow
+
         from mlflow import MlflowClient
 
-        uri = settings.mlflow_uri
-        allow_file_store(uri)
         client = MlflowClient(tracking_uri=uri)
         run_id = _continued_run(client, previous, uri)
         if run_id is None:

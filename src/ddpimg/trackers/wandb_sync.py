@@ -11,7 +11,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ddpimg.errors import printable
 from ddpimg.trackers.settings import WANDB_DIR
+from ddpimg.untrusted import BadInput, files_inside, inside
 
 OFFLINE_RUNS = "offline-run-*"
 SYNCED_SUFFIX = ".wandb.synced"
@@ -20,6 +22,26 @@ SYNCED_SUFFIX = ".wandb.synced"
 def offline_runs(run: Path) -> list[Path]:
     """The offline W&B run directories of ``run`` (a ``train --out``), oldest first."""
     return sorted(path for path in (run / WANDB_DIR).glob(OFFLINE_RUNS) if path.is_dir())
+
+
+def uploaded_files(run_directory: Path) -> list[Path]:
+    """What ``wandb sync`` uploads of an offline run: its transaction logs (``run-*.wandb``)
+    and the files they name, all under ``files/``. A link out of the run directory among
+    them is a BadInput (``ddpimg.untrusted``): W&B would upload what it points at. The
+    ``logs/`` W&B keeps for itself (its debug log a link into ~/.cache) are not uploaded."""
+    found = []
+    for log in sorted(run_directory.glob("run-*.wandb")):
+        if not inside(log, run_directory):
+            raise BadInput(
+                f"{printable(str(log))} is a link out of {printable(str(run_directory))}"
+            )
+        found.append(log.relative_to(run_directory))
+    files = run_directory / "files"
+    if files.is_dir():
+        if not inside(files, run_directory):
+            raise BadInput(f"{printable(str(files))} is a link out of the run")
+        found += [Path("files") / path for path in files_inside(files)]
+    return found
 
 
 def is_synced(run_directory: Path) -> bool:

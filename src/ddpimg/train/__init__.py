@@ -146,15 +146,30 @@ def _watching(watch: StallWatch | None) -> Iterator[None]:
         except Exception as err:
             lost = watch.explain(err)
             if lost is None:
+                _linger_if_host(watch)
                 raise
             raise lost from err
 
 
+def _linger_if_host(watch: StallWatch) -> None:
+    """Rank 0 that serves the store and failed on its own: the ranks that fail as it did
+    must read that (exit status 1, as this one's), not find the store gone (a lost rank,
+    5). Briefly (the grace of a judgement): a rank waiting in a collective learns of the
+    failure only when this process's connections close."""
+    from ddpimg.runtime.rendezvous import agent_store
+
+    if watch.rank == 0 and not agent_store(os.environ):
+        watch.linger(watch.limits.grace_s)
+
+
 def _record_failure(recorder: RunRecorder, err: BaseException) -> None:
     """Rank 0's manifest.json of a failed run; for a lost rank also who and where
-    (``rank_lost``: ranks, hosts, the verdict, the last valid checkpoint)."""
+    (``rank_lost``: ranks, hosts, the verdict, the last valid checkpoint; ``rank_failed``
+    when those ranks raised errors of their own)."""
     if isinstance(err, RankLostError):
-        recorder.manifest["rank_lost"] = err.details
+        # rank_lost (exit status 5) is what a batch script requeues on; ranks that raised an
+        # error of their own are a failed run (exit status 1), recorded as rank_failed.
+        recorder.manifest["rank_failed" if err.raised else "rank_lost"] = err.details
     recorder.finish(*_failure(err))
 
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import ddpimg
 from ddpimg.errors import DdpimgError
-from ddpimg.fsio import write_json_atomic, write_text_atomic
-from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
+from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
+from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
 BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"
+BUILD_INFO_LIMIT = MIB  # the image's build facts: a few KiB
 
 
 def utc_now() -> str:
@@ -43,24 +45,30 @@ def utc_now() -> str:
 
 
 def _first_lines(path: Path, count: int) -> list[str]:
-    """The first ``count`` complete lines of ``path`` (fewer if it has fewer; none if it
-    does not exist)."""
-    if not path.exists():
+    """The first ``count`` complete lines of ``path`` (fewer if it has fewer, or up to one
+    that is not a metrics line within bounds; none if it does not exist)."""
+    lines: list[str] = []
+    try:
+        for line in read_lines(path, MAX_METRICS_LINE):
+            if len(lines) == count or not line.endswith("\n"):
+                break
+            lines.append(line)
+    except FileNotFoundError:
         return []
-    with path.open(encoding="utf-8") as stream:
-        lines = [line for _, line in zip(range(count), stream, strict=False)]
-    return [line for line in lines if line.endswith("\n")]
+    except BadInput:
+        pass
+    return lines
 
 
 def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
     """The image's build info (JSON) from ``$DDPIMG_BUILD_INFO`` or the image's default
     path; None outside the image. Never fails: an unreadable file is recorded as an error."""
     path = Path(env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT)
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        content = read_json(path, BUILD_INFO_LIMIT)
+    except (OSError, ValueError) as err:
         return {"path": str(path), "error": f"unreadable: {err}"}
     if not isinstance(content, dict):
         return {
@@ -110,11 +118,14 @@ class MetricsWriter:
         self.path = path
         self.sink = sink
         self.lines = 0
+        # Opened before anything is read: a link (out of --out) or a FIFO is refused.
+        self._stream = open_own(path, append=bool(keep_lines))
         if keep_lines:
             kept = _first_lines(path, keep_lines)
+            self._stream.close()
             write_text_atomic(path, "".join(kept))
             self.lines = len(kept)
-        self._stream = path.open("a" if keep_lines else "w", encoding="utf-8")
+            self._stream = open_own(path, append=True)
 
     def write(self, record: Mapping[str, Any]) -> None:
         with self._writing():

@@ -29,7 +29,7 @@ set -uo pipefail
 
 MAX_RESTARTS=3
 # train's exit statuses (ddpimg.exitcodes): checkpointed on USR2 or TERM; a rank lost
-# (stopped, dead, failed) and the others gave up on it.
+# (stopped, hung, dead) and the others gave up on it; a failed script exits 1.
 PREEMPTED=75
 RANK_LOST=5
 

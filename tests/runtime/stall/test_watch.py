@@ -137,6 +137,26 @@ def test_a_rank_that_failed_on_its_own_is_named_with_its_error(
     assert "rank 1 (host host1, pid " in lost.message
     assert ") failed at step 5 in phase forward: ValueError: bad batch shape" in lost.message
     assert "own error is in its log (on host1)" in (lost.hint or "")
+    # Its own error, not a lost rank: the survivor exits as a failed run, and is not
+    # requeued (issue 47).
+    assert lost.raised
+    assert exitcodes.for_error(lost) == exitcodes.TRAINING_FAILED
+
+
+def test_the_same_error_on_every_rank_is_each_ranks_own(
+    two: tuple[StallWatch, StallWatch],
+) -> None:
+    """A script's bug raises the same error on every rank (nanoGPT without CUDA): the rank
+    that fails second is not the first one's victim, whose failure it reads in the store."""
+    second, first = two
+    error = "Found no NVIDIA driver on your system"
+    assert first.explain(RuntimeError(error)) is None
+    assert second.explain(RuntimeError(error)) is None  # its own: raised as is
+    # Another error of words the markers do not know, beside a failed rank: a peer's
+    # failure reaching this one.
+    other = second.explain(RuntimeError("something else broke"))
+    assert other is not None
+    assert exitcodes.for_error(other) == exitcodes.TRAINING_FAILED
 
 
 def test_a_rank_stuck_behind_while_reporting_is_named(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -89,8 +90,8 @@ def test_auto_takes_the_newest_valid_and_names_each_skipped(
     assert resume.in_out
     assert stream.getvalue().splitlines() == [
         f"ddpimg: warning: skipping checkpoint {root}/step-00000008: complete.json is "
-        "unreadable (Expecting property name enclosed in double quotes: line 1 column 2 "
-        "(char 1))",
+        "unreadable (not JSON (Expecting property name enclosed in double quotes at line 1, "
+        "column 2))",
         f"ddpimg: warning: skipping checkpoint {root}/step-00000006: loop.json has 2 bytes, "
         f"complete.json says {size} (truncated?)",
         f"ddpimg: resuming from {root}/step-00000004 (epoch 1, step 4)",
@@ -210,3 +211,54 @@ def test_the_same_options_that_ended_before_a_checkpoint_start_over(
     # --resume none says so explicitly.
     write_manifest(config, "completed")
     assert resolve(replace(config, resume="none"), ctx, io.StringIO()) is None
+
+
+@pytest.mark.parametrize(
+    ("marker", "reason"),
+    [
+        ('{"format": 1, "files": ' + "[" * 100_000, r"JSON nested more than 64 levels deep"),
+        ('{"format": 1, "step": ' + "9" * 5000 + "}", r"a number of 5,000 digits"),
+        (
+            '{"format": 1, "step": 8, "files": {"../../../etc/passwd": {"size": 1, "sha256": ""}}}',
+            r"lists '../../../etc/passwd', a file outside the checkpoint",
+        ),
+    ],
+)
+def test_auto_skips_a_marker_beyond_bounds(
+    ctx: DistContext, config: TrainConfig, marker: str, reason: str
+) -> None:
+    """A complete.json nested 100,000 deep or with a 5,000-digit number crashed --resume
+    auto (a RecursionError, a ValueError) instead of skipping that checkpoint."""
+    for step in (4, 8):
+        save_record(config, step)
+    newest = config.out / CHECKPOINTS / "step-00000008"
+    (newest / "complete.json").write_text(marker)
+    stream = io.StringIO()
+    resume = resolve(config, ctx, stream)
+    assert resume is not None
+    assert resume.path.name == "step-00000004"
+    assert re.search(rf"skipping checkpoint {newest}: .*{reason}", stream.getvalue())
+
+
+def test_a_loop_json_beyond_bounds_is_named(ctx: DistContext, config: TrainConfig) -> None:
+    path = save_record(config, 4)
+    (path / "loop.json").write_text('{"loop": {"step": ' + "9" * 5000 + "}}")
+    write_marker(path, 4)
+    with pytest.raises(DdpimgError, match=r"cannot read loop.json \(a number of 5,000 digits"):
+        resolve(config, ctx, io.StringIO())
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "tensorboard", "metrics.jsonl"])
+def test_a_run_entry_linked_out_of_out_is_refused(
+    ctx: DistContext, config: TrainConfig, tmp_path: Path, name: str
+) -> None:
+    """A run directory handed over with ``checkpoints -> ~/elsewhere``: every rank would
+    write its checkpoint files there (and --resume none remove them). Refused on every
+    rank (rank 0 decides and tells the others), nothing written there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config.out.mkdir(parents=True)
+    (config.out / name).symlink_to(elsewhere)
+    with pytest.raises(DdpimgError, match=rf"run/{name} is a link to .*elsewhere, outside"):
+        resolve(config, ctx, io.StringIO())
+    assert list(elsewhere.iterdir()) == []

@@ -218,3 +218,45 @@ def test_a_failed_torch_save_lets_go_of_its_file_once_released() -> None:
     assert open_files_on("/dev/full") == before + 1
     _release_open_files(caught.value)
     assert open_files_on("/dev/full") == before
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "loop.pt",
+            {"scheduler": [1, 2]},
+            r"loop.pt does not hold .*\(scheduler: a list, expected",
+        ),
+        ("loop.pt", [], r"loop.pt does not hold .*\(the file: a list, expected a dict\)"),
+        ("loop.pt", {"scheduler": {"last_epoch": 1}}, r"loop.pt .*scheduler: keys differ"),
+        ("rng/rank-00000.pt", {"python": "x"}, r"rank-00000.pt does not hold .*keys differ"),
+        (
+            "rng/rank-00000.pt",
+            "swap python",
+            r"rank-00000.pt does not hold .*\(python: a str, expected a sequence of 3\)",
+        ),
+        ("ddp/model.pt", {"model": {}, "optimizer": []}, r"model.pt .*\(optimizer: not an"),
+        ("ddp/model.pt", {"model": [1]}, r"model.pt .*\['model'\], expected a dict of model"),
+        ("ddp/model.pt", "x", r"model.pt .*\(str, expected a dict of model, optimizer"),
+    ],
+)
+def test_a_checkpoint_file_of_the_wrong_kind_is_named_before_use(
+    ctx: DistContext, config: TrainConfig, name: str, content: Any, message: str
+) -> None:
+    """loop.pt, RNG and model files holding the wrong types (tensors and plain values, so
+    torch.load(weights_only=True) reads them) failed inside torch, random or the scheduler
+    with a traceback. Now the resume names the file and what is wrong, exit status 2."""
+    import torch
+
+    from ddpimg.train.checkpoint.files import write_marker
+
+    run_training(replace(config, epochs=1), ctx)
+    checkpoint = candidates(config.out / CHECKPOINTS)[0]
+    if content == "swap python":
+        content = torch.load(checkpoint / name, weights_only=True) | {"python": "x"}
+    torch.save(content, checkpoint / name)
+    write_marker(checkpoint, step_of(checkpoint) or 0)  # re-signed: it verifies
+    with pytest.raises(DdpimgError, match=message) as caught:
+        run_training(config, ctx)
+    assert exitcodes.for_error(caught.value) == exitcodes.USAGE

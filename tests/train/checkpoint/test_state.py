@@ -145,6 +145,23 @@ def test_fresh_state_is_before_the_first_epoch() -> None:
         (lambda data: data | {"loop": data["loop"] | {"epoch_done": 1}}, r"has epoch_done=1"),
         (lambda data: data | {"loop": data["loop"] | {"step": True}}, r"has step=True"),
         (lambda data: data | {"reason": None}, r"has reason=None, expected str"),
+        # Values of the right type out of range (issue 47: step -5 was accepted).
+        (
+            lambda data: data | {"loop": data["loop"] | {"step": -5}},
+            r"has step=-5, expected a whole number from 0 below 2\*\*63",
+        ),
+        (lambda data: data | {"world_size": 0}, r"has world_size=0, expected a whole number"),
+        (lambda data: data | {"global_batch": -64}, r"has global_batch=-64"),
+        (lambda data: data | {"metrics_lines": 2**63}, r"has metrics_lines=9223372036854775808"),
+        (
+            lambda data: data | {"loop": data["loop"] | {"index": 13}},
+            r"has index=13 in its epoch but step=12 in all",
+        ),
+        (
+            lambda data: data | {"loop": data["loop"] | {"elapsed_s": float("inf")}},
+            r"has elapsed_s=inf, expected seconds from 0",
+        ),
+        (lambda data: data | {"loop": data["loop"] | {"excluded_s": -1.0}}, r"excluded_s=-1.0"),
     ],
 )
 def test_malformed_loop_json_is_named(edit: Any, message: str) -> None:
@@ -153,6 +170,13 @@ def test_malformed_loop_json_is_named(edit: Any, message: str) -> None:
         CheckpointRecord.from_json(edit(data), Path("ck"))
     assert err.match(message)
     assert err.match(r"hint: it was written by another ddpimg version")
+
+
+def test_a_step_other_than_the_checkpoints_name_is_named() -> None:
+    data = json.loads(json.dumps(record(step=12).to_json()))
+    with pytest.raises(DdpimgError, match=r"has step=12, but the checkpoint's name says step 5"):
+        CheckpointRecord.from_json(data, Path("run/checkpoints/step-00000005"))
+    CheckpointRecord.from_json(data, Path("run/checkpoints/step-00000012"))
 
 
 def draws() -> tuple[list[float], float, list[float]]:

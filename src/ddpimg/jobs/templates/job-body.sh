@@ -4,7 +4,7 @@ set -uo pipefail
 
 MAX_RESTARTS=@MAX_RESTARTS@
 # train's exit statuses (ddpimg.exitcodes): checkpointed on USR2 or TERM; a rank lost
-# (stopped, dead, failed) and the others gave up on it.
+# (stopped, hung, dead) and the others gave up on it; a failed script exits 1.
 PREEMPTED=@PREEMPTED@
 RANK_LOST=@RANK_LOST@
 

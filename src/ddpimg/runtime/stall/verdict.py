@@ -62,6 +62,12 @@ class Verdict:
         return cls(**{**data, "lost": lost, "waiting": tuple(data.get("waiting", ()))})
 
     @property
+    def raised(self) -> bool:
+        """Whether every rank named failed by an error of its own (none went silent, never
+        reported or stayed behind, and the store answered): a failed run, not a lost rank."""
+        return bool(self.lost) and all(lost.how == "failed" for lost in self.lost)
+
+    @property
     def hosts(self) -> list[str]:
         """The hosts of the lost ranks, in rank order, each once."""
         return list(dict.fromkeys(lost.host for lost in self.lost if lost.host))

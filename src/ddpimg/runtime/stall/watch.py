@@ -383,6 +383,27 @@ class StallWatch:
             error=self._error,
         )
 
+    def linger(self, limit_s: float) -> None:
+        """Rank 0 hosts the store: before it exits, let the other ranks finish (their records
+        say done or failed, or they went silent), bounded by ``limit_s``, so that a rank still
+        finishing its own last work does not find the store gone and take that for a loss,
+        and a rank that failed as this one did finds this one's error, not a missing store."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                records = self.board.read_all()
+            except (StoreUnanswered, RuntimeError):
+                return
+            now = time.time()
+            if all(
+                record is not None
+                and (record.state != "running" or now - record.beat > self.limits.stale_after_s)
+                for rank, record in records.items()
+                if rank != self.rank
+            ):
+                return
+            time.sleep(self.limits.period_s)
+
     # -- the threads -----------------------------------------------------------------------
 
     def _tick(self) -> None:
@@ -474,7 +495,11 @@ class StallWatch:
         verdict = judge(
             records, self.board.world_size, time.time(), self.limits.stale_after_s, self.rank
         )
-        return any(lost.how in ("failed", "silent") for lost in verdict.lost)
+        lost = [item for item in verdict.lost if item.how in ("failed", "silent")]
+        # The same error on the failed ranks as here (a script's bug hits every rank alike):
+        # this rank's own error, not a peer's failure reaching it.
+        own = f"{type(err).__name__}: {short_cause(err)}"
+        return any(item.how == "silent" or item.error != own for item in lost)
 
     def _give_up_if_lost(self, cause: str) -> None:
         """The script backstop: give up if a rank is lost or the store went silent; a phase
@@ -505,7 +530,7 @@ class StallWatch:
             with contextlib.suppress(Exception):  # the exit status matters more
                 self.on_fatal(error)
         sys.stdout.flush()
-        os._exit(exitcodes.RANK_LOST)
+        os._exit(exitcodes.for_error(error))
 
     def _lost(self, verdict: Verdict, cause: str) -> RankLostError:
         self._finish("gave_up")
@@ -526,7 +551,7 @@ class StallWatch:
             "ranks": [lost.rank for lost in verdict.lost],
             "checkpoint": None if checkpoint is None else checkpoint[0],
         }
-        return RankLostError(message, hint=hint, details=details)
+        return RankLostError(message, hint=hint, details=details, raised=verdict.raised)
 
     def _verdict(self) -> Verdict:
         """The shared verdict: the first rank to judge posts it, the others read it."""

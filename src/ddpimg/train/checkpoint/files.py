@@ -12,7 +12,6 @@ not a checkpoint; ``verify`` says why.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -20,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg.fsio import fsync_path, write_json_atomic
+from ddpimg.untrusted import MIB, read_json
 
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"
+# A line of about 150 bytes a file: room for every rank's files of a very large run.
+MARKER_LIMIT = 64 * MIB
 FORMAT = 1
 _NAME = re.compile(r"step-(\d{8,})")
 _HASH_CHUNK = 1 << 20
@@ -93,8 +95,8 @@ def verify(directory: Path) -> str | None:
     if not marker.is_file():
         return f"has no {MARKER} (the save did not finish, or this is not a checkpoint)"
     try:
-        content: Any = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        content: Any = read_json(marker, MARKER_LIMIT)
+    except (OSError, ValueError) as err:
         return f"{MARKER} is unreadable ({err})"
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         return f"{MARKER} is not a format-{FORMAT} marker"
@@ -105,6 +107,8 @@ def verify(directory: Path) -> str | None:
         path = directory / name
         if not isinstance(expected, dict) or set(expected) != {"size", "sha256"}:
             return f"{MARKER} entry {name!r} is malformed"
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"{MARKER} lists {name!r}, a file outside the checkpoint"
         if not path.is_file():
             return f"{name} is missing"
         size = path.stat().st_size

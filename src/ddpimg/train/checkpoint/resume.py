@@ -19,7 +19,6 @@ the same trajectory, ``same_trajectory``); these rules then apply in it.
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 from collections.abc import Mapping
@@ -27,22 +26,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ddpimg.errors import DdpimgError
-from ddpimg.run_files import MANIFEST
+from ddpimg.errors import DdpimgError, warn
+from ddpimg.fsio import check_no_link_out
+from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, METRICS
+from ddpimg.runtime.flight_recorder import TRACE_DIR
+from ddpimg.trace_breakdown import PROFILE_DIR
+from ddpimg.trackers.settings import MLFLOW_DIR, TENSORBOARD_DIR, WANDB_DIR
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.state import (
     FREE_TO_CHANGE,
     LOOP_JSON,
+    LOOP_JSON_LIMIT,
     CheckpointRecord,
     check_fingerprint,
     fingerprint,
 )
 from ddpimg.train.tasks import arguments_json
+from ddpimg.untrusted import read_json
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
+
+# What a run writes into --out besides manifest.json (replaced by a rename, never written
+# through): each must not be a link out of it.
+RUN_ENTRIES = (
+    CHECKPOINTS, METRICS, TRACE_DIR, PROFILE_DIR, TENSORBOARD_DIR, WANDB_DIR, MLFLOW_DIR,
+)  # fmt: skip
 
 AUTO = "auto"
 NONE = "none"
@@ -68,8 +79,8 @@ class Resume:
 def read_record(path: Path) -> CheckpointRecord:
     """``loop.json`` of a verified checkpoint."""
     try:
-        data = json.loads((path / LOOP_JSON).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = read_json(path / LOOP_JSON, LOOP_JSON_LIMIT)
+    except (OSError, ValueError) as err:
         raise DdpimgError(
             f"checkpoint {path}: cannot read {LOOP_JSON} ({err})", hint=PATH_HINT
         ) from err
@@ -98,7 +109,7 @@ def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: Text
             if reason is None:
                 chosen = path
                 break
-            print(f"ddpimg: warning: skipping checkpoint {path}: {reason}", file=stream, flush=True)
+            warn(f"skipping checkpoint {path}: {reason}", stream)
         if chosen is None:
             check_earlier_run(config, stream)
             return None
@@ -125,10 +136,10 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     on ``stream``); any other earlier run is kept, with a DdpimgError."""
     manifest = config.out / MANIFEST
     try:
-        earlier: Any = json.loads(manifest.read_text(encoding="utf-8"))
+        earlier: Any = read_json(manifest, MANIFEST_LIMIT)
     except (FileNotFoundError, NotADirectoryError):
         return  # no earlier run (an --out that cannot be written is told apart later)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError):
         earlier = None
     status = earlier.get("status") if isinstance(earlier, dict) else None
     arguments = earlier.get("arguments") if isinstance(earlier, dict) else None
@@ -184,6 +195,7 @@ def resolve_resume(
     outcome: list[object] = [None]
     if ctx.is_main:
         try:
+            check_no_link_out(config.out, RUN_ENTRIES)
             chosen = choose_checkpoint(config, current, stream)
             root.mkdir(parents=True, exist_ok=True)
             probe.touch()

@@ -42,7 +42,9 @@ from ddpimg.train.checkpoint.state import (
     fingerprint,
     restore_rng,
     rng_file,
+    rng_mismatch,
 )
+from ddpimg.train.checkpoint.structure import mismatch, unusable
 from ddpimg.train.outputs import utc_now
 
 if TYPE_CHECKING:
@@ -134,7 +136,11 @@ class Checkpointer:
         if resume is None:
             return LoopState()
         self.strategy.load(resume.path / self.strategy.name, resume.record.world_size)
-        self.scheduler.load_state_dict(load_tensors(resume.path / LOOP_PT)["scheduler"])
+        loop_state = load_tensors(resume.path / LOOP_PT)
+        problem = mismatch(loop_state, {"scheduler": self.scheduler.state_dict()})
+        if problem:
+            raise unusable(resume.path / LOOP_PT, problem)
+        self.scheduler.load_state_dict(loop_state["scheduler"])
         # A run resumed at the end of an epoch steps the scheduler before any optimizer step
         # of this process, rightly (those steps were taken before the checkpoint); torch
         # would warn that the schedule's first value gets skipped, which it does not here.
@@ -142,7 +148,12 @@ class Checkpointer:
             "ignore", message=r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step"
         )
         same_world = resume.record.world_size == self.ctx.world_size
-        restore_rng(load_tensors(resume.path / rng_file(self.ctx.rank if same_world else 0)))
+        rng_path = resume.path / rng_file(self.ctx.rank if same_world else 0)
+        rng = load_tensors(rng_path)
+        problem = rng_mismatch(rng)
+        if problem:
+            raise unusable(rng_path, problem)
+        restore_rng(rng)
         loop = resume.record.loop
         self._last = ((loop.step, loop.epoch_done), resume.path)
         return loop

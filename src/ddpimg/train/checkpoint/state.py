@@ -20,10 +20,15 @@ from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.tasks import FREE_TO_CHANGE_OPTIONS, arguments_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
 
 LOOP_JSON = "loop.json"
+LOOP_JSON_LIMIT = 1 << 20  # ddpimg writes about 2 KiB
+# Steps, epochs, batch sizes and line counts fit torch's int64 (and every real run, by far).
+MAX_COUNT = 2**63
 LOOP_PT = "loop.pt"
 RNG_DIR = "rng"
 
@@ -135,7 +140,35 @@ class CheckpointRecord:
                     raise bad(f"has {item.name}={value!r}, expected {item.type}")
                 if expected and not isinstance(value, expected):
                     raise bad(f"has {item.name}={value!r}, expected {item.type}")
+        _check_ranges(record, path, bad)
         return record
+
+
+def _check_ranges(record: CheckpointRecord, path: Path, bad: Callable[[str], DdpimgError]) -> None:
+    """What the types alone let through: counts below their least value (a step of -5),
+    times that are negative or not finite, and a step other than the checkpoint's name's."""
+    from ddpimg.train.checkpoint.files import step_of
+
+    loop = record.loop
+    counts = (
+        ("step", loop.step, 0),
+        ("epoch", loop.epoch, 0),
+        ("index", loop.index, 0),
+        ("world_size", record.world_size, 1),
+        ("global_batch", record.global_batch, 1),
+        ("metrics_lines", record.metrics_lines, 0),
+    )
+    for name, value, least in counts:
+        if not least <= value < MAX_COUNT:
+            raise bad(f"has {name}={value!r}, expected a whole number from {least} below 2**63")
+    if loop.index > loop.step:
+        raise bad(f"has index={loop.index} in its epoch but step={loop.step} in all")
+    for name, seconds in (("elapsed_s", loop.elapsed_s), ("excluded_s", loop.excluded_s)):
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise bad(f"has {name}={seconds!r}, expected seconds from 0")
+    named = step_of(path)
+    if named is not None and named != loop.step:
+        raise bad(f"has step={loop.step}, but the checkpoint's name says step {named}")
 
 
 def fingerprint(
@@ -210,6 +243,25 @@ def capture_rng() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def rng_mismatch(state: Any) -> str | None:
+    """Where ``state`` (an RNG file's content) differs from what ``capture_rng`` writes, or
+    None. CUDA states, present only where CUDA ran, are checked when there."""
+    import torch
+
+    from ddpimg.train.checkpoint.structure import mismatch
+
+    template = {key: value for key, value in capture_rng().items() if key != "cuda"}
+    if not isinstance(state, dict):
+        return mismatch(state, template)
+    cuda = state.get("cuda")
+    if cuda is not None and not (
+        isinstance(cuda, list)
+        and all(isinstance(item, torch.Tensor) and item.dtype == torch.uint8 for item in cuda)
+    ):
+        return "cuda: not a list of CUDA generator states"
+    return mismatch({key: value for key, value in state.items() if key != "cuda"}, template)
 
 
 def restore_rng(state: dict[str, Any]) -> None:

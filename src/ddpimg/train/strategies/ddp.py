@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpimg.train.checkpoint.safeload import load_tensors
+from ddpimg.train.checkpoint.structure import unusable
 from ddpimg.train.strategies.base import does_not_fit, wrapped
 from ddpimg.train.strategies.scaling import LossScaler
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 
 STATE_FILE = "model.pt"
+STATE_KEYS = frozenset({"model", "optimizer", "scaler"})  # what save writes
 
 
 class DdpStrategy:
@@ -92,11 +94,16 @@ class DdpStrategy:
         # The unwrapped module's parameters sit on the devices the task put them on (two
         # for the toy trainer): loading copies into them, wherever they are.
         state = load_tensors(path)
+        # Keys and kinds first: load_state_dict trusts what it is given (a list for the
+        # optimizer state was a TypeError traceback).
+        problem = _state_mismatch(state)
+        if problem:
+            raise unusable(path, problem)
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state.get("scaler", {}))
-        except (KeyError, RuntimeError, ValueError) as err:
+        except (KeyError, RuntimeError, ValueError, TypeError, IndexError) as err:
             raise does_not_fit(path, str(err)) from err
 
     @property
@@ -107,3 +114,28 @@ class DdpStrategy:
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         return wrapped(self._optimizer, "DdpStrategy")
+
+
+def _state_mismatch(state: object) -> str | None:
+    """Where a loaded ``model.pt`` differs from what ``DdpStrategy.save`` writes (model and
+    optimizer state dicts, a scaler's with fp16), or None."""
+    import torch
+
+    if not isinstance(state, dict) or not {"model", "optimizer"} <= set(state) <= STATE_KEYS:
+        found = sorted(map(str, state))[:5] if isinstance(state, dict) else type(state).__name__
+        return f"{found}, expected a dict of model, optimizer (and scaler)"
+    model, optimizer = state["model"], state["optimizer"]
+    if not isinstance(model, dict) or not all(
+        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in model.items()
+    ):
+        return "model: not a dict of tensors"
+    if not (
+        isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and isinstance(optimizer.get("param_groups"), list)
+        and all(isinstance(group, dict) for group in optimizer["param_groups"])
+    ):
+        return "optimizer: not an optimizer's state_dict"
+    if not isinstance(state.get("scaler", {}), dict):
+        return "scaler: not a dict"
+    return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -139,3 +140,80 @@ def test_a_directory_without_a_model_is_named(tmp_path: Path) -> None:
     (tmp_path / "hf" / "model.safetensors").unlink()
     with pytest.raises(DdpimgError, match=r"neither model.safetensors nor pytorch_model.bin"):
         load_pretrained(Gpt(read_config(tmp_path / "hf")), tmp_path / "hf")
+
+
+def _rewrite_safetensors(path: Path, edit: Any = None, length: int | None = None) -> None:
+    """``path``'s header edited by ``edit(header)``, or its length field set to ``length``."""
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8 : 8 + size]), raw[8 + size :]
+    if edit is not None:
+        edit(header)
+    text = json.dumps(header).encode()
+    prefix = (len(text) if length is None else length).to_bytes(8, "little")
+    path.write_bytes(prefix + text + data)
+
+
+def _first_tensor(header: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = next(v for k, v in header.items() if k != "__metadata__")
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("length", "edit", "message"),
+    [
+        (2**60, None, r"its header says it is 1,152,921,504,606,846,976 bytes long"),
+        (
+            None,
+            lambda h: _first_tensor(h).update(data_offsets=[0, 10**12]),
+            r"data_offsets \[0, 1000000000000\] run past the end of the data",
+        ),
+        (None, lambda h: _first_tensor(h).update(dtype="F7"), r"unknown dtype 'F7'"),
+        (None, lambda h: _first_tensor(h).update(shape=[-1]), r"shape \[-1\] is not a list"),
+        (None, lambda h: h.update(x=[1] * 3), r"tensor 'x': not an entry of dtype"),
+    ],
+)
+def test_a_malformed_safetensors_header_is_a_named_error(
+    tmp_path: Path, length: int | None, edit: Any, message: str
+) -> None:
+    """Offsets past the end, a header length of 2**60 and an unknown dtype were the
+    library's SafetensorError tracebacks (exit 1); now exit 2 naming the file."""
+    hf_model().save_pretrained(tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    _rewrite_safetensors(path, edit, length)
+    with pytest.raises(DdpimgError, match=message) as caught:
+        load_pretrained(Gpt(read_config(tmp_path / "hf")), tmp_path / "hf")
+    assert caught.value.message.startswith(f"--init-from {path}: not a safetensors file")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"n_head": 0}, r"n_head is 0, expected a whole number from 1 to 1,024"),
+        ({"n_head": 5}, r"n_embd 32 is not divisible by n_head 5"),
+        ({"n_layer": "2"}, r"n_layer is '2', expected a whole number"),
+        ({"n_positions": True}, r"n_positions is True, expected a whole number"),
+        ({"vocab_size": 10**12}, r"vocab_size is 1000000000000, expected a whole number from 1"),
+        ({"vocab_size": 10**6}, r"describes a model of 32,\d{3},\d{3} parameters; .* holds"),
+        ({"n_embd": 2**16}, r"describes a model of [\d,]+ parameters; .*model.safetensors holds"),
+    ],
+)
+def test_a_config_json_shape_is_bounded_before_a_model_is_built(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    """n_head 0 was a ZeroDivisionError traceback; a vocabulary of 10**12 asked for
+    terabytes. Both are named before any model exists (read_config builds none)."""
+    hf_model().save_pretrained(tmp_path / "hf")
+    _edit_config(tmp_path / "hf", **changes)
+    with pytest.raises(DdpimgError, match=message) as caught:
+        read_config(tmp_path / "hf")
+    assert caught.value.message.startswith("--init-from ")
+
+
+def test_the_shape_bounds_agree_with_the_data_and_the_model() -> None:
+    from ddpimg.data.tokenshards import MAX_VOCABULARY
+    from ddpimg.train.tasks.gpt.config import MAX_DIMENSIONS
+
+    assert MAX_DIMENSIONS["vocab_size"] == MAX_VOCABULARY
+    shape = GptConfig(n_layer=3, n_head=2, n_embd=16, block_size=24, vocab_size=50)
+    assert shape.parameters == Gpt(shape).num_parameters()

@@ -199,3 +199,31 @@ def test_batch_gathers_rows(tmp_path: Path) -> None:
     inputs, targets = train.batch(torch.tensor([3, 1]))
     assert inputs.shape == (2, 1, 28, 28)
     assert targets.tolist() == [3, 1]
+
+
+def test_a_gzip_that_expands_beyond_any_mnist_file_is_refused(tmp_path: Path) -> None:
+    """100 KB of gzip expanding to 100 MiB: read whole before, now at most 64 MiB + 1 byte
+    is decompressed (tracemalloc's peak stays below what the whole would take)."""
+    import tracemalloc
+
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    with gzip.open(path, "wb", compresslevel=1) as stream:
+        for _ in range(100):
+            stream.write(bytes(1 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"more than the 64 MiB such a file may have"):
+            read_idx(path, IMAGES_MAGIC, (28, 28))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 << 20, peak
+
+
+def test_a_fifo_in_place_of_an_idx_file_is_refused_unopened(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "train-labels-idx1-ubyte"
+    os.mkfifo(path)
+    with pytest.raises(DataError, match=r"it is a FIFO \(named pipe\), not a regular file"):
+        read_idx(path, LABELS_MAGIC, ())

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import io
 import random
+import zlib
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageFile
 
 from ddpimg.train.tasks.resnet.transforms import (
     RATIO,
@@ -144,6 +145,33 @@ def test_a_header_claiming_a_huge_image_is_refused_before_decoding() -> None:
     data[frame + 5 : frame + 9] = (60000).to_bytes(2, "big") * 2
     with pytest.raises(Image.DecompressionBombError):
         jpeg_size(bytes(data))
+
+
+def with_size(png: bytes, width: int, height: int) -> bytes:
+    """``png`` with its IHDR chunk claiming ``width`` x ``height`` (CRC recomputed)."""
+    start = png.index(b"IHDR")
+    fields = bytearray(png[start : start + 17])
+    fields[4:12] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    crc = zlib.crc32(bytes(fields)).to_bytes(4, "big")
+    return png[:start] + bytes(fields) + crc + png[start + 21 :]
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL's, at open
+@pytest.mark.parametrize(("width", "height"), [(13000, 13000), (9460, 9460)])
+def test_a_png_claiming_many_pixels_is_refused_before_decoding(
+    width: int, height: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 490 KB PNG claiming 13000 x 13000 pixels (below twice PIL's limit, so PIL only
+    warned) took 2.5 GB to decode. Now refused from its header: the decoder is never
+    called (it would fail this test)."""
+    data = with_size(encoded(32, 24, "PNG"), width, height)
+
+    def decoded(*args: object) -> None:
+        raise AssertionError("the image was decoded")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", decoded)
+    with pytest.raises(Image.DecompressionBombError, match=rf"claims {width} x {height} pixels"):
+        decode_region(data, EvalPreset(40), None)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,24 @@ line, the model (``model``) and the task (``task``) all read them from here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+# The largest value of each dimension a shape read from a file may have (GPT-3's largest
+# model: 96 layers and heads, 12,288 wide, a context of 2,048), checked before a model is
+# built from it: a config.json saying a vocabulary of 10^12 would ask for terabytes.
+# The vocabulary's bound is the data's (``ddpimg.data.tokenshards.MAX_VOCABULARY``).
+MAX_DIMENSIONS = {
+    "n_layer": 1024,
+    "n_head": 1024,
+    "n_embd": 1 << 16,
+    "block_size": 1 << 20,
+    "vocab_size": 1 << 20,
+}
+
+
+class ShapeError(ValueError):
+    """Why values do not describe a model ddpimg builds, naming the key."""
 
 
 @dataclass(frozen=True)
@@ -15,6 +32,37 @@ class GptConfig:
     n_embd: int
     block_size: int
     vocab_size: int
+
+    @classmethod
+    def from_values(
+        cls, values: Mapping[str, object], names: Mapping[str, str] | None = None
+    ) -> GptConfig:
+        """The shape ``values`` describe, each dimension a whole number from 1 to its
+        ``MAX_DIMENSIONS`` bound and ``n_embd`` divisible by ``n_head``; ShapeError naming the
+        key otherwise. ``names``: a key's name in ``values`` where it differs (Hugging Face
+        calls ``block_size`` ``n_positions``)."""
+        found: dict[str, int] = {}
+        for item in fields(cls):
+            key = (names or {}).get(item.name, item.name)
+            if key not in values:
+                raise ShapeError(f"no {key} key")
+            value = values[key]
+            bound = MAX_DIMENSIONS[item.name]
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
+                raise ShapeError(f"{key} is {value!r}, expected a whole number from 1 to {bound:,}")
+            found[item.name] = value
+        shape = cls(**found)
+        if shape.n_embd % shape.n_head:
+            raise ShapeError(f"n_embd {shape.n_embd} is not divisible by n_head {shape.n_head}")
+        return shape
+
+    @property
+    def parameters(self) -> int:
+        """The parameters of ``model.Gpt`` of this shape (the output layer tied to the
+        token embedding), without building it."""
+        width = self.n_embd
+        per_layer = 12 * width * width + 13 * width
+        return (self.vocab_size + self.block_size) * width + self.n_layer * per_layer + 2 * width
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,19 @@ The model's shape and the data's vocabulary come from the run's ``manifest.json`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
 from ddpimg.errors import DdpimgError
+from ddpimg.run_files import MANIFEST_LIMIT
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.resume import read_record
 from ddpimg.train.checkpoint.safeload import load_tensors
-from ddpimg.train.tasks.gpt.config import GptConfig
+from ddpimg.train.tasks.gpt.config import GptConfig, ShapeError
 from ddpimg.train.tasks.gpt.hf import TIED, write_hf_dir
+from ddpimg.untrusted import read_json
 
 MANIFEST = "manifest.json"
 RUN_HINT = "give the --out directory of a train gpt run that wrote a checkpoint"
@@ -52,7 +53,7 @@ def run_facts(run: Path) -> dict[str, Any]:
     """The ``data`` entry of the run's manifest.json (shape, vocabulary, end-of-text)."""
     path = run / MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path, MANIFEST_LIMIT)
     except FileNotFoundError as err:
         raise DdpimgError(f"{run}: no {MANIFEST}", hint=RUN_HINT) from err
     except (OSError, ValueError) as err:
@@ -65,11 +66,12 @@ def run_facts(run: Path) -> dict[str, Any]:
     return facts
 
 
-def model_state(directory: Path, strategy: str) -> dict[str, torch.Tensor]:
-    """The full model state dict of a strategy's checkpoint part (``<checkpoint>/<name>``)."""
+def model_state(directory: Path, strategy: str) -> Any:
+    """The full model state dict of a strategy's checkpoint part (``<checkpoint>/<name>``),
+    as loaded: ``check_state`` says whether it is one."""
     if strategy == "ddp":
-        state: dict[str, torch.Tensor] = load_tensors(directory / "model.pt")["model"]
-        return state
+        loaded = load_tensors(directory / "model.pt")
+        return loaded.get("model") if isinstance(loaded, dict) else loaded
     if strategy == "fsdp":
         from ddpimg.train.checkpoint.dcp import read_model_state
 
@@ -113,11 +115,64 @@ def export(run: Path, target: Path, checkpoint: Path | None = None) -> Path:
             hint="only train gpt checkpoints export to the Hugging Face GPT-2 format",
         )
     facts = run_facts(run)
-    shape = GptConfig(**facts["model"])
-    state = {
-        key: value.float()
-        for key, value in model_state(chosen / record.strategy, record.strategy).items()
-    }
+    shape, vocabulary, eot = export_shape(facts, run / MANIFEST)
+    loaded = model_state(chosen / record.strategy, record.strategy)
+    check_state(loaded, shape, chosen)
+    state = {key: value.float() for key, value in loaded.items()}
     state.setdefault(TIED, state["wte.weight"])
-    write_hf_dir(target, shape, state, int(facts["vocabulary"]), facts.get("eot_token"))
+    write_hf_dir(target, shape, state, vocabulary, eot)
     return chosen
+
+
+def export_shape(facts: dict[str, Any], path: Path) -> tuple[GptConfig, int, int | None]:
+    """The model's shape, the data's vocabulary and end-of-text token from the manifest's
+    ``data`` entry, each checked: a vocabulary from 1 to the model's (a negative one once
+    cut the embedding from its end and wrote a broken model with exit status 0)."""
+    try:
+        shape = GptConfig.from_values(facts["model"])
+        vocabulary, eot = facts.get("vocabulary"), facts.get("eot_token")
+        if not _whole(vocabulary) or not 1 <= vocabulary <= shape.vocab_size:
+            raise ShapeError(
+                f"vocabulary is {vocabulary!r}, expected a whole number from 1 to the "
+                f"model's {shape.vocab_size}"
+            )
+        if eot is not None and (not _whole(eot) or not 0 <= eot < vocabulary):
+            raise ShapeError(f"eot_token is {eot!r}, expected a token below {vocabulary}")
+    except ShapeError as err:
+        raise DdpimgError(f"{path}: data.{err}", hint=RUN_HINT) from err
+    return shape, vocabulary, eot
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_state(state: object, shape: GptConfig, checkpoint: Path) -> None:
+    """``state`` is ``model.Gpt``'s state dict for ``shape`` (every key, tensors of its
+    shapes; the tied output layer may be left out), checked before anything is written.
+    The model's own is built on the meta device: shapes only, no memory."""
+    problem = _state_problem(state, shape)
+    if problem:
+        raise DdpimgError(
+            f"checkpoint {checkpoint}: {problem}",
+            hint="the checkpoint and manifest.json come from different runs: " + RUN_HINT,
+        )
+
+
+def _state_problem(state: object, shape: GptConfig) -> str | None:
+    from ddpimg.train.tasks.gpt.model import Gpt
+
+    with torch.device("meta"):
+        expected = {key: tuple(value.shape) for key, value in Gpt(shape).state_dict().items()}
+    if not isinstance(state, dict):
+        return f"a {type(state).__name__}, not a state dict"
+    keys = set(state) | {TIED}
+    if keys != set(expected):
+        unknown, missing = sorted(map(str, keys - set(expected))), sorted(set(expected) - keys)
+        return f"its keys are not the model's (unknown: {unknown[:3]}, missing: {missing[:3]})"
+    for key, size in expected.items():
+        value = state.get(key, torch.empty(size, device="meta"))
+        found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        if found != size:
+            return f"{key} is {found}; the manifest's model makes it {size}"
+    return None

@@ -35,10 +35,13 @@ import torch
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.checkpoint.safeload import load_tensors
-from ddpimg.train.tasks.gpt.config import GptConfig
+from ddpimg.train.tasks.gpt.config import GptConfig, ShapeError
 from ddpimg.train.tasks.gpt.model import Gpt
+from ddpimg.train.tasks.gpt.safetensors_header import read_header
+from ddpimg.untrusted import MIB, read_json
 
 CONFIG_FILE = "config.json"
+CONFIG_LIMIT = MIB  # a GPT-2 config.json is about 1 KiB
 SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"
 PREFIX = "transformer."
@@ -70,7 +73,7 @@ def read_config(directory: Path) -> GptConfig:
     is missing or describes another architecture."""
     path = directory / CONFIG_FILE
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json(path, CONFIG_LIMIT)
     except FileNotFoundError as err:
         raise _error(f"{directory}: no {CONFIG_FILE} there") from err
     except (OSError, ValueError) as err:
@@ -90,27 +93,35 @@ def read_config(directory: Path) -> GptConfig:
                 hint="only GPT-2's own architecture loads into train gpt",
             )
     try:
-        width = int(config["n_embd"])
-        shape = GptConfig(
-            n_layer=int(config["n_layer"]),
-            n_head=int(config["n_head"]),
-            n_embd=width,
-            block_size=int(config["n_positions"]),
-            vocab_size=int(config["vocab_size"]),
-        )
-    except KeyError as err:
-        raise _error(f"{path}: no {err.args[0]} key") from err
-    except (TypeError, ValueError) as err:
-        raise _error(f"{path}: a size is not an integer ({err})") from err
+        shape = GptConfig.from_values(config, {"block_size": "n_positions"})
+    except ShapeError as err:
+        raise _error(f"{path}: {err}") from err
+    width = shape.n_embd
     inner = config.get("n_inner")
     if inner is not None and inner != 4 * width:
         raise _error(
             f"{path}: n_inner is {inner}; train gpt's MLP is 4 x n_embd = {4 * width} wide",
             hint="only GPT-2's own architecture loads into train gpt",
         )
-    if width % shape.n_head:
-        raise _error(f"{path}: n_embd {width} is not divisible by n_head {shape.n_head}")
+    _check_weights_hold(directory, shape, path)
     return shape
+
+
+def _check_weights_hold(directory: Path, shape: GptConfig, config: Path) -> None:
+    """The weights file must be large enough for the shape's parameters (a byte each at
+    least): checked before a model of that shape is built, so that a small config.json
+    cannot make ddpimg allocate a model no file holds."""
+    for name in (SAFETENSORS_FILE, PYTORCH_FILE):
+        path = directory / name
+        if path.is_file():
+            size = path.stat().st_size
+            if shape.parameters > size:
+                raise _error(
+                    f"{config} describes a model of {shape.parameters:,} parameters; "
+                    f"{path} holds {size:,} bytes",
+                    hint="the weights and config.json come from different models",
+                )
+            return
 
 
 def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
@@ -119,9 +130,7 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     safetensors_path = directory / SAFETENSORS_FILE
     pytorch_path = directory / PYTORCH_FILE
     if safetensors_path.is_file():
-        from safetensors.torch import load_file
-
-        raw, path = load_file(str(safetensors_path)), safetensors_path
+        raw, path = _load_safetensors(safetensors_path), safetensors_path
     elif pytorch_path.is_file():
         raw, path = load_tensors(pytorch_path), pytorch_path
     else:
@@ -135,6 +144,23 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
         if not key.endswith(MASK_BUFFERS)
     }
     return weights, path
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``path``, its header checked first (``safetensors_header``); the
+    library's own refusal is a named error too."""
+    from safetensors.torch import load_file
+
+    try:
+        read_header(path)
+        tensors: dict[str, torch.Tensor] = load_file(str(path))
+    except (OSError, ValueError) as err:
+        raise _error(f"{path}: not a safetensors file ddpimg can read ({err})") from err
+    except Exception as err:  # SafetensorError, which the library does not export by name
+        if type(err).__name__ != "SafetensorError":
+            raise
+        raise _error(f"{path}: not a safetensors file ddpimg can read ({err})") from err
+    return tensors
 
 
 def from_hf(

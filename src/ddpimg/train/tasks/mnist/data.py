@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +25,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ddpimg.errors import DataError
+from ddpimg.errors import DataError, printable
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.seeding import derive_seed
 from ddpimg.train.tasks.base import InMemoryDataset
+from ddpimg.untrusted import MIB, BadInput, open_regular, read_bytes, too_large
 
 MEAN = 0.1307
 STD = 0.3081
 IMAGE_SIDE = 28
 NUM_CLASSES = 10
+# The largest MNIST file, train-images (47 MB), with room: a bound on a .gz's expansion.
+MAX_IDX_BYTES = 64 * MIB
 TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
 
@@ -238,11 +242,21 @@ def read_idx(path: Path, magic: int, item_shape: tuple[int, ...]) -> torch.Tenso
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes (decompressed for .gz), at most ``MAX_IDX_BYTES``: a small .gz can
+    expand to any size, and a FIFO or a device is refused unread (``ddpimg.untrusted``)."""
     try:
         if path.suffix != ".gz":
-            return path.read_bytes()
-        with gzip.open(path, "rb") as stream:
-            return stream.read()
+            return read_bytes(path, MAX_IDX_BYTES)
+        with os.fdopen(open_regular(path), "rb") as raw, gzip.GzipFile(fileobj=raw) as stream:
+            data = stream.read(MAX_IDX_BYTES + 1)
+        if len(data) > MAX_IDX_BYTES:
+            raise too_large(len(data), MAX_IDX_BYTES)
+        return data
+    except BadInput as err:
+        raise DataError(
+            f"{printable(str(path))}: not an MNIST file: it is {err}",
+            hint="the file is not MNIST; download MNIST again",
+        ) from err
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise DataError(
             f"{path}: not a readable gzip file ({err})",

@@ -40,6 +40,8 @@ import simplejpeg
 import torch
 from PIL import Image
 
+from ddpimg.data.images import check_pixels
+
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 CROP_TRIES = 10
@@ -144,12 +146,7 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and width * height > 2 * limit:
-        raise Image.DecompressionBombError(
-            f"Image size ({width * height} pixels) exceeds limit of {2 * limit} pixels, "
-            "could be decompression bomb DOS attack."
-        )
+    check_pixels(width, height)
     return width, height
 
 
@@ -188,6 +185,7 @@ def decode_region(
     if size is None:
         with Image.open(io.BytesIO(data)) as image:
             size = image.size
+        check_pixels(*size)
         box, flip = preset.region(*size, rng)
         pixels = _pil_pixels(data, box, preset.size)
     else:
