@@ -602,14 +602,11 @@ def _same_names(path: Path, found: set[str], expected: set[str]) -> None:
 
 
 def _manifest(directory: Path) -> dict[str, Any]:
-    path = directory / MANIFEST
+    from ddpimg.untrusted import read_json
+
     try:
-        if not path.is_file() or path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise bad(
-                directory, f"{MANIFEST} is missing, not a file or over {MAX_MANIFEST_BYTES} bytes"
-            )
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        manifest = read_json(directory / MANIFEST, MAX_MANIFEST_BYTES)
+    except (OSError, ValueError) as err:
         raise bad(directory, f"{MANIFEST} cannot be read ({err})") from err
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise bad(directory, f"{MANIFEST} is not a format-{FORMAT} universal checkpoint")
