@@ -391,6 +391,7 @@ class Boot:
             _linger(runtime.watch, self.options.timeout_s)
         self._stop_watch(runtime)
         if runtime.record is not None:
+            runtime.record_progress(final=True)
             runtime.record.finish(status, exit_status, error)
         sys.stdout.flush()
         sys.stderr.flush()
