@@ -57,6 +57,13 @@ def login(cluster: NamespaceCluster) -> Iterator[SshLogin]:
     node = SshLogin(cluster, user_env, also_read=[PROFILES])
     node.start()
     try:
+        # The login node runs the code under test, not an installed ddpimg.
+        there = subprocess.run(
+            ["ssh", "-F", str(node.config), HOST, "python", "-c",
+             "'import ddpimg; print(ddpimg.__file__)'"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert there == ddpimg.__file__, there
         yield node
     finally:
         node.stop()

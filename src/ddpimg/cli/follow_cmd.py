@@ -36,5 +36,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     path, found = remote_common.pick(args.run)
     with remote_common.connect(found.host) as transport:
         return remote_common.follow(
-            transport, found, path, interval_s=args.interval, give_up_s=args.give_up
+            transport,
+            found,
+            path,
+            reconnect=transport.reconnect,
+            interval_s=args.interval,
+            give_up_s=args.give_up,
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ddpimg import exitcodes
@@ -13,6 +14,7 @@ from ddpimg.remote import state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S, Follower, Screen
 from ddpimg.remote.ssh import SshTransport, interactive
 from ddpimg.remote.state import RemoteRun
+from ddpimg.remote.transport import Transport
 
 INTERVAL_HELP = f"seconds between two polls of the job (default {DEFAULT_INTERVAL_S:g})"
 GIVE_UP_HELP = (
@@ -42,12 +44,14 @@ def say(words: str) -> None:
 
 
 def follow(
-    transport: SshTransport,
+    transport: Transport,
     run: RemoteRun,
     path: Path,
     *,
+    reconnect: Callable[[], None],
     interval_s: float = DEFAULT_INTERVAL_S,
     give_up_s: float = DEFAULT_GIVE_UP_S,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Follow ``run`` to its end; Ctrl-C detaches (the job goes on). The exit status: 0
     when the job completed, 1 when it ended otherwise, 130 when detached."""
@@ -58,9 +62,10 @@ def follow(
         transport,
         run,
         screen,
-        reconnect=transport.reconnect,
+        reconnect=reconnect,
         interval_s=interval_s,
         give_up_s=give_up_s,
+        sleep=sleep,
     )
     try:
         ended = follower.follow()

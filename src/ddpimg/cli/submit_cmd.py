@@ -174,7 +174,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             )
             return exitcodes.OK
         return remote_common.follow(
-            transport, recorded, path, interval_s=args.interval, give_up_s=args.give_up
+            transport,
+            recorded,
+            path,
+            reconnect=transport.reconnect,
+            interval_s=args.interval,
+            give_up_s=args.give_up,
         )
 
 

@@ -10,9 +10,11 @@ into the run's local directory (``untar``): anything else it sends is skipped an
 from __future__ import annotations
 
 import re
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ddpimg.errors import DdpimgError
 from ddpimg.remote import programs
@@ -64,6 +66,23 @@ def accepted(run: RemoteRun, checkpoints: bool) -> tuple[Callable[[str], bool], 
     return accept, seen_checkpoint
 
 
+class _Prefixed:
+    """``stream`` with ``first`` (already read from it) in front."""
+
+    def __init__(self, first: bytes, stream: IO[bytes]) -> None:
+        self.first = first
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.first:
+            return self.stream.read(size)
+        if size < 0:
+            data, self.first = self.first + self.stream.read(), b""
+            return data
+        data, self.first = self.first[:size], self.first[size:]
+        return data if len(data) == size else data + self.stream.read(size - len(data))
+
+
 def fetch_run(
     transport: Transport, run: RemoteRun, local_dir: Path, *, checkpoints: bool, max_bytes: int
 ) -> Fetched:
@@ -77,11 +96,15 @@ def fetch_run(
         extra,
     )
     accept, checkpoint = accepted(run, checkpoints)
+
+    def consume(stream: IO[bytes]) -> Unpacked:
+        first = stream.read(tarfile.BLOCKSIZE)
+        if not first:  # nothing there to pack: the status says so
+            return Unpacked()
+        return unpack(_Prefixed(first, stream), local_dir, accept, max_bytes)
+
     unpacked, done = transport.read_stream(
-        program,
-        "the run's files",
-        lambda stream: unpack(stream, local_dir, accept, max_bytes),
-        timeout=FETCH_TIMEOUT_S,
+        program, "the run's files", consume, timeout=FETCH_TIMEOUT_S
     )
     if done.status == programs.MISSING:
         raise DdpimgError(

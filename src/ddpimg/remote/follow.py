@@ -61,19 +61,35 @@ class Ended:
 
 
 class Screen:
-    """Lines on ``stream``; on a terminal the live line is redrawn in place."""
+    """Lines on ``stream``; on a terminal the live line is redrawn in place. While ``held``,
+    lines wait (``release`` writes them): what a poll read while the connection came back
+    is shown after the line that says it came back."""
 
     def __init__(self, stream: TextIO, interactive: bool) -> None:
         self.stream = stream
         self.interactive = interactive
+        self.held = False
+        self._waiting: list[tuple[bool, str]] = []
         self._live = ""
 
     def line(self, words: str) -> None:
+        if self.held:
+            self._waiting.append((False, words))
+            return
         self._end_live()
         self.stream.write(words + "\n")
         self.stream.flush()
 
+    def release(self) -> None:
+        self.held = False
+        waiting, self._waiting = self._waiting, []
+        for live, words in waiting:
+            (self.live if live else self.line)(words)
+
     def live(self, words: str) -> None:
+        if self.held:
+            self._waiting.append((True, words))
+            return
         if self.interactive:
             self.stream.write("\r" + words.ljust(len(self._live)))
             self._live = words
@@ -151,6 +167,7 @@ class Follower:
             try:
                 if lost_at is not None:
                     self.reconnect()
+                    self.screen.held = True
                 result = poll()
             except ConnectionLost as err:
                 if not err.retryable:
@@ -162,6 +179,7 @@ class Follower:
                         f"lost the connection to {self.run.host} ({err.message}); reconnecting"
                     )
                 if now - lost_at > self.give_up_s:
+                    self.screen.release()
                     raise ConnectionLost(
                         f"{self.run.host}: no connection for {self.give_up_s:g} s ({err.message})",
                         hint=f"the job goes on; `ddpimg follow {self.run.name}` picks up where "
@@ -172,7 +190,9 @@ class Follower:
                 attempt += 1
                 continue
             if lost_at is not None:
+                self.screen.held = False
                 self.say(f"reconnected to {self.run.host} after {self.clock() - lost_at:.0f} s")
+                self.screen.release()
             return result
 
     # -- one poll ----------------------------------------------------------------------

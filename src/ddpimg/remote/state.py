@@ -146,8 +146,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def add(path: Path, run: RemoteRun) -> RemoteRun:
-    """Record ``run``; its name gets ``.N`` when another run has it. Returns what was
-    recorded."""
+    """Record ``run``; its name (and its local directory's) gets ``.N`` when another run
+    has it. Returns what was recorded."""
     with _locked(path):
         runs = load(path)
         taken = {item.name for item in runs}
@@ -155,7 +155,8 @@ def add(path: Path, run: RemoteRun) -> RemoteRun:
         name = next((name for name in names if name not in taken), None)
         if name is None:
             raise _bad(path, f"{MAX_NUMBER} runs are named {run.name}[.N]")
-        recorded = replace(run, name=name)
+        local_dir = str(Path(run.local_dir).with_name(name)) if run.local_dir else ""
+        recorded = replace(run, name=name, local_dir=local_dir)
         _save(path, [*runs, recorded][-MAX_RUNS:])
         return recorded
 

@@ -145,17 +145,18 @@ def _included(cwd: Path, includes: Sequence[str]) -> Iterable[str]:
     missing, is an error."""
     seen: set[str] = set()
     for given in includes:
-        path = (cwd / given).resolve()
+        # Normalised, not resolved: a link named here is judged by _regular, as in a walk.
+        path = Path(os.path.normpath(cwd / given))
         if path != cwd and cwd not in path.parents:
             raise DdpimgError(
                 f"--include {shown(given)}: not under the directory submit runs in ({cwd})",
                 hint="run ddpimg submit from the directory that holds what the job needs",
             )
-        if not path.exists():
+        if not os.path.lexists(path):
             raise DdpimgError(
                 f"--include {shown(given)}: no such file or directory", hint="check the path"
             )
-        found = [path] if not path.is_dir() else _walk(path)
+        found = _walk(path) if path.is_dir() and not path.is_symlink() else [path]
         for item in found:
             name = item.relative_to(cwd).as_posix()
             if name not in seen:

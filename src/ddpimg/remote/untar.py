@@ -18,7 +18,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Protocol
 
 from ddpimg.errors import DdpimgError
 from ddpimg.runs.table import shown
@@ -58,7 +58,7 @@ def clean_name(name: str) -> str | None:
 
 
 def unpack(
-    stream: IO[bytes], target: Path, accept: Callable[[str], bool], max_bytes: int
+    stream: IO[bytes] | _Readable, target: Path, accept: Callable[[str], bool], max_bytes: int
 ) -> Unpacked:
     """Write the regular files of the tar ``stream`` that ``accept`` takes into ``target``
     (created if missing)."""
@@ -98,12 +98,16 @@ def unpack(
     return done
 
 
+class _Readable(Protocol):
+    def read(self, size: int = -1) -> bytes: ...
+
+
 class _Bounded:
     """``stream`` that refuses to be read past ``limit`` bytes in all, or past a member's
     size and HEADER_BYTES between two members: a header that claims gigabytes (tarfile reads a
     pax header whole, into memory) ends the fetch, not the memory."""
 
-    def __init__(self, stream: IO[bytes], limit: int, target: Path) -> None:
+    def __init__(self, stream: IO[bytes] | _Readable, limit: int, target: Path) -> None:
         self.stream = stream
         self.limit = limit
         self.target = target
