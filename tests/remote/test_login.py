@@ -20,7 +20,8 @@ def test_a_site_by_name_or_file_is_what_the_login_nodes_ddpimg_resolves(tmp_path
     login = LocalLogin(tmp_path)
     found = check_login(login, None, "local")
     assert (found.site, found.site_arg, found.ddpimg) == ("local", "local", ("ddpimg",))
-    assert found.where.endswith("/ddpimg")
+    assert found.where.startswith("ddpimg /")
+    assert found.where.endswith("/bin/ddpimg")
     profile = login.home / "sites" / "mine.toml"
     profile.parent.mkdir()
     text = (REPO / "site-profiles" / "local.toml").read_text()

@@ -149,10 +149,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     with remote_common.connect(args.host, env) as transport:
         host = transport.host
         login = check_login(transport, remote_ddpimg, args.site)
-        remote_common.say(
-            f"{host}: ddpimg {shown(shlex.join(login.ddpimg))} ({shown(login.where)}), "
-            f"site {shown(login.site)}"
-        )
+        remote_common.say(f"{host}: site {shown(login.site)}, {shown(login.where)}")
         submitted = submit(
             transport,
             login,

@@ -37,7 +37,7 @@ class LoginNode:
     site: str
     site_arg: str | None
     home: str
-    where: str  # where ddpimg is there, for the user: a path on PATH, or --remote-ddpimg
+    where: str  # which ddpimg runs there, for the user: its path on PATH, or --remote-ddpimg
 
 
 def parse_facts(text: str) -> dict[str, str]:
@@ -86,7 +86,8 @@ def check_login(transport: Transport, remote_ddpimg: Sequence[str] | None, site:
             f"`ddpimg site probe --out ~/mycluster.toml` and give --site ~/mycluster.toml "
             f"(--site {GENERIC} to go on without one)",
         )
-    where = facts.get("which-ddpimg", "") if remote_ddpimg is None else "--remote-ddpimg"
+    on_path = facts.get("which-ddpimg", "")
+    where = f"ddpimg {on_path}" if remote_ddpimg is None else f"ddpimg {' '.join(ddpimg)}"
     return LoginNode(host, ddpimg, resolved, site_arg, home, where)
 
 
