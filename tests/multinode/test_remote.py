@@ -16,6 +16,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -286,6 +287,13 @@ def test_a_users_script_staged_from_the_laptop_and_staged_again_by_content(
     assert re.search(r"staged 3 files \(\d+ B, git\): 0 new \(0 B\), 3 already", again.stderr)
     held = again.stdout.strip()
     job_id = held.rsplit("-", 1)[1]
+    # Ctrl-C stops following, never the job.
+    follow = start(ddpimg_cmd("follow", held, "--interval", "1"), laptop, exp)
+    follow.wait_for(rf"{held}: PENDING")
+    follow.proc.send_signal(signal.SIGINT)
+    assert follow.finish(60) == 130
+    assert follow.lines[-1].startswith(f"ddpimg: stopped following {held}; job {job_id} goes on")
+    assert "JobState=PENDING" in run(["scontrol", "show", "job", job_id], cluster_env).stdout
     run(ddpimg_cmd("cancel", held), laptop, cwd=exp)
     assert "CANCELLED" in run(["scontrol", "show", "job", job_id], cluster_env).stdout
     rows = [

@@ -58,6 +58,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         f"{describe_size(unpacked.size)}"
         + (f", checkpoint {fetched.checkpoint}" if fetched.checkpoint else "")
     )
+    if fetched.changing:
+        remote_common.say(
+            f"note: some of {found.name}'s files changed while they were packed (the run goes "
+            "on); fetch again once it ends"
+        )
     if unpacked.skipped:
         shown_names = ", ".join(repr(name) for name in unpacked.skipped[:5])
         more = f" and {len(unpacked.skipped) - 5} more" if len(unpacked.skipped) > 5 else ""

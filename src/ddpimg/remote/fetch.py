@@ -30,14 +30,19 @@ PLOT_SUFFIXES = ("png", "svg", "pdf")
 CHECKPOINTS = "checkpoints"
 DEFAULT_MAX_GB = 20
 FETCH_TIMEOUT_S = 6 * 3600.0
+TAR_CHANGED = 1  # GNU tar: a file changed as it was read (a run still writing); the rest came
 _STEP = re.compile(r"step-\d{8,}")
 
 
 @dataclass(frozen=True)
 class Fetched:
+    """What came: where, the files, the checkpoint's name; ``changing``: some files changed
+    while they were packed (the run goes on)."""
+
     local_dir: Path
     unpacked: Unpacked
     checkpoint: str | None
+    changing: bool = False
 
 
 def accepted(run: RemoteRun, checkpoints: bool) -> tuple[Callable[[str], bool], list[str]]:
@@ -112,10 +117,12 @@ def fetch_run(
             f"log {shown(run.log)} on the login node",
             hint=f"the job may not have started yet: ddpimg follow {run.name}",
         )
-    if done.status != 0:
+    if done.status not in (0, TAR_CHANGED):
         said = "; ".join(shown(line) for line in stderr_lines(done)) or f"status {done.status}"
         raise DdpimgError(
             f"{run.host}: packing run {run.name}'s files failed: {said}",
             hint="what was written before is kept; fetch again",
         )
-    return Fetched(local_dir, unpacked, checkpoint[0] if checkpoint else None)
+    return Fetched(
+        local_dir, unpacked, checkpoint[0] if checkpoint else None, done.status == TAR_CHANGED
+    )

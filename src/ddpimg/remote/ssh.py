@@ -148,7 +148,12 @@ class SshTransport(ProcessTransport):
         return self._dir / "control"
 
     def _options(self) -> list[str]:
-        return ["-o", f"ControlPath={self._socket}", "-o", "BatchMode=yes"]
+        # A host's RemoteCommand or forwardings in the user's config would take the place of
+        # ddpimg's programs, or fail to bind a port a second time.
+        return [
+            "-o", f"ControlPath={self._socket}", "-o", "BatchMode=yes",
+            "-o", "RemoteCommand=none", "-o", "ClearAllForwardings=yes",
+        ]  # fmt: skip
 
     def connect(self) -> None:
         """Open the master connection; ConnectionLost (the reason ssh gave) when it fails."""
@@ -162,7 +167,8 @@ class SshTransport(ProcessTransport):
             *self.ssh, "-o", "ControlMaster=yes", "-o", f"ControlPath={self._socket}",
             "-o", "ControlPersist=no", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             "-o", f"ServerAliveInterval={ALIVE_INTERVAL_S}",
-            "-o", f"ServerAliveCountMax={ALIVE_COUNT}", *batch, "-N", "-T", self.host,
+            "-o", f"ServerAliveCountMax={ALIVE_COUNT}", "-o", "RemoteCommand=none",
+            "-o", "ClearAllForwardings=yes", *batch, "-N", "-T", self.host,
         ]  # fmt: skip
         with errors:
             self._master = subprocess.Popen(
