@@ -317,3 +317,18 @@ def test_ctrl_c_detaches_and_never_cancels(
     assert "ddpimg: stopped following mnist-7; job 7 goes on (ddpimg follow mnist-7 again" in err
     assert not (login.fake / "cancelled").exists()
     assert not any("scancel" in program for program in login.programs)
+
+
+def test_an_evaluation_after_a_step_comes_after_its_line(login: LocalLogin) -> None:
+    run = remote_run(login)
+    rundir = Path(run.run_dir)
+    (rundir / "manifest.json").write_text('{"status": "completed", "total_steps": 2}')
+    (rundir / "metrics.jsonl").write_text(
+        train(1) + train(2) + '{"kind": "eval", "epoch": 1, "loss": 0.5, "accuracy": 0.5}\n'
+    )
+    login.job(job("COMPLETED", nodes="node1"))
+    _, lines = follow(login, run, Life(login, []))
+    assert lines[:2] == [
+        "step 2/2  loss 0.5000  100 samples/s  0:00 left",
+        "eval  epoch 1  loss 0.5000  accuracy 50.00%",
+    ]

@@ -243,6 +243,8 @@ class Follower:
             self.say(f"{text(state, 40)}{again}{reason_words(info.reason, '')}")
 
     def _show_metrics(self) -> None:
+        """What metrics.jsonl gained: the newest train record as the live line, shown before
+        an evaluation that came after it; a plain script's progress when it logs nothing."""
         if not self.run.run_dir:
             return
         records = self.seen.tail.read(self._reader(f"{self.run.run_dir}/{METRICS}"))
@@ -253,23 +255,26 @@ class Follower:
                 self.seen.pace.add(int(record["step"]), number(record.get("elapsed_s")))
                 newest = record
             elif kind == "eval":
+                self._show_train(newest)
+                newest = None
                 self.screen.line(eval_line(record))
             elif kind == "summary":
                 self.seen.summary = record
-        if newest is None and self.seen.tail.last_step is None and self._is_script:
-            newest = self._script_progress()
-            if newest is None:
-                return
-            self.screen.live(train_line(newest, None, None))
+        self._show_train(newest)
+        if self.seen.tail.last_step is None and self._is_script:
+            progress = self._script_progress()
+            if progress is not None:
+                self.screen.live(train_line(progress, None, None))
+
+    def _show_train(self, record: dict[str, Any] | None) -> None:
+        if record is None:
             return
-        if newest is not None:
-            if self.seen.total_steps is None:
-                manifest = self._manifest()
-                self.seen.total_steps = integer((manifest or {}).get("total_steps"))
-            step = int(newest["step"])
-            left = self.seen.pace.left(step, self.seen.total_steps)
-            self.seen.last_train = newest
-            self.screen.live(train_line(newest, self.seen.total_steps, left))
+        if self.seen.total_steps is None:
+            self.seen.total_steps = integer((self._manifest() or {}).get("total_steps"))
+        step = int(record["step"])
+        left = self.seen.pace.left(step, self.seen.total_steps)
+        self.seen.last_train = record
+        self.screen.live(train_line(record, self.seen.total_steps, left))
 
     @property
     def _is_script(self) -> bool:
@@ -285,7 +290,7 @@ class Follower:
         steps = integer(progress.get("steps"))
         run_steps = integer(progress.get("run_steps"))
         elapsed = number(progress.get("elapsed_s"))
-        if steps is None or steps == self.seen.script_steps:
+        if not steps or steps == self.seen.script_steps:  # none yet, or none since
             return None
         self.seen.script_steps = steps
         record: dict[str, Any] = {"kind": "train", "step": steps}
