@@ -49,6 +49,7 @@ PORTS = {HOST: 22, BARE: 2201, HOSTILE: 2202}
 BLOCK_TABLE = "ddpimg_login_block"
 COMMAND_TIMEOUT_S = 30.0
 START_WAIT_S = 30.0
+USER_GONE_WAIT_S = 20.0
 _POLL_S = 0.1
 
 
@@ -146,10 +147,7 @@ class SshLogin:
                 path.chmod(mode)
         self._granted.clear()
         if self._made_user:
-            subprocess.run(
-                ["userdel", "--remove", USER], capture_output=True, timeout=60, check=False
-            )
-            self._made_user = False
+            self._remove_user()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- parts ---------------------------------------------------------------------------
@@ -174,6 +172,20 @@ class SshLogin:
                 child.unlink()
         self.home.mkdir(parents=True, exist_ok=True)
         os.chown(self.home, entry.pw_uid, entry.pw_gid)
+
+    def _remove_user(self) -> None:
+        """userdel, once the user's last processes (an ssh session closing, a job's step
+        ending) are gone: userdel refuses a user that still runs something."""
+        uid = pwd.getpwnam(USER).pw_uid
+        deadline = time.monotonic() + USER_GONE_WAIT_S
+        while _processes_of(uid) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        proc = subprocess.run(
+            ["userdel", "--remove", USER], capture_output=True, text=True, timeout=60, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"userdel {USER} failed: {proc.stderr.strip()}")
+        self._made_user = False
 
     def _needed_paths(self) -> list[Path]:
         package = Path(ddpimg.__file__).resolve().parent.parent
@@ -289,6 +301,17 @@ class SshLogin:
             if queue.returncode != 0 or not queue.stdout.strip():
                 return
             time.sleep(0.5)
+
+
+def _processes_of(uid: int) -> list[int]:
+    """PIDs of the processes of user ``uid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    found.append(int(entry.name))
+    return found
 
 
 def _set_env(env: Mapping[str, str]) -> str:

@@ -125,8 +125,12 @@ def test_a_host_is_one_word_and_no_option(host: str) -> None:
         check_host(host)
 
 
-def test_the_client_is_the_users_and_must_be_there(tmp_path: Path) -> None:
-    assert ssh_words({"PATH": "/usr/bin:/bin"})[0] == "ssh"
+def test_the_client_is_the_users_and_must_be_there(fake_ssh: Path, tmp_path: Path) -> None:
+    assert ssh_words({"PATH": str(fake_ssh.parent)}) == ["ssh"]
+    assert ssh_words({"DDPIMG_SSH_COMMAND": f"{fake_ssh} -F 'my config'"})[1:] == [
+        "-F",
+        "my config",
+    ]
     with pytest.raises(DdpimgError, match="cannot be split into words"):
         ssh_words({"DDPIMG_SSH_COMMAND": "ssh -F 'open"})
     with pytest.raises(DdpimgError, match="nossh: the ssh client is not installed or not on PATH"):

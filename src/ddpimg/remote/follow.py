@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ddpimg.remote import programs
@@ -369,8 +369,3 @@ class Follower:
         except ValueError:
             return None
         return manifest if isinstance(manifest, dict) else None
-
-
-def ended_fields(run: RemoteRun, ended: Ended) -> RemoteRun:
-    """``run`` with what following saw at the end, for the state file."""
-    return replace(run, state=ended.state, status=ended.status, steps=ended.steps, loss=ended.loss)

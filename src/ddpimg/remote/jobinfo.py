@@ -11,15 +11,12 @@ from dataclasses import dataclass
 PENDING = "PENDING"
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"
-REQUEUED = "REQUEUED"
 UNKNOWN = "UNKNOWN"
 # States after which the job runs no more (man squeue, JOB STATE CODES).
 ENDED = frozenset({
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
     "PREEMPTED", "SPECIAL_EXIT", "TIMEOUT", "REVOKED",
 })  # fmt: skip
-# A requeued job waits in these before it runs again.
-REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
 
 _FORMS = {
     "JobId": r"\d{1,20}",

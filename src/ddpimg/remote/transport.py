@@ -214,6 +214,7 @@ class ProcessTransport:
             timer.cancel()
         out.join()
         err.join()
+        _close(proc)
         completed = Completed(status, bytes(out.data), bytes(err.data))
         return self._finish(what, completed, timer=timer, overflow=out.overflow, limit=limit)
 
@@ -233,6 +234,7 @@ class ProcessTransport:
         finally:
             timer.cancel()
         err.join()
+        _close(proc)
         completed = Completed(status, b"", bytes(err.data))
         return value, self._finish(what, completed, timer=timer, overflow=False, limit=0)
 
@@ -276,13 +278,24 @@ def _pipe(pipe: IO[bytes] | None) -> IO[bytes]:
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
-    """End ``proc`` (started by this module) and reap it."""
+    """End ``proc`` (started by this module) and reap it. Its pipes stay open: a thread may
+    still be reading one, and a closed descriptor's number could be another file's."""
     if proc.poll() is None:
         proc.kill()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         return
+
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    """Close the pipes of a finished ``proc`` whose readers are done."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                continue
 
 
 def stderr_lines(completed: Completed, count: int = 5) -> Sequence[str]:
