@@ -170,8 +170,12 @@ class SshLogin:
                 shutil.rmtree(child)
             else:
                 child.unlink()
-        self.home.mkdir(parents=True, exist_ok=True)
-        os.chown(self.home, entry.pw_uid, entry.pw_gid)
+        # The user's temporary files (torch's caches among them) stay in its home, which
+        # userdel removes, rather than in the machine's /tmp.
+        for folder in (self.home, self.home / "tmp"):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+        self.user_env["TMPDIR"] = str(self.home / "tmp")
 
     def _remove_user(self) -> None:
         """userdel, once the user's last processes (an ssh session closing, a job's step
@@ -184,7 +188,12 @@ class SshLogin:
             ["userdel", "--remove", USER], capture_output=True, text=True, timeout=60, check=False
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"userdel {USER} failed: {proc.stderr.strip()}")
+            left = _processes_of(uid)
+            listing = subprocess.run(
+                ["ps", "-o", "pid,ppid,etime,args", "-p", ",".join(map(str, left))],
+                capture_output=True, text=True, timeout=30, check=False,
+            ).stdout if left else ""  # fmt: skip
+            raise RuntimeError(f"userdel {USER} failed: {proc.stderr.strip()}\n{listing}")
         self._made_user = False
 
     def _needed_paths(self) -> list[Path]:
@@ -234,6 +243,10 @@ class SshLogin:
             "StrictModes no",
             f"AllowUsers {USER}",
             "LogLevel INFO",
+            # A session whose client vanished (its connection reset by block()) ends within
+            # seconds, not TCP's hours: the user's processes are gone by the end.
+            "ClientAliveInterval 2",
+            "ClientAliveCountMax 3",
             "Match LocalPort " + str(PORTS[HOST]),
             "    SetEnv " + _set_env(self.user_env),
             "Match LocalPort " + str(PORTS[BARE]),
