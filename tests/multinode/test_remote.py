@@ -157,6 +157,26 @@ def local_losses(run_env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     return train_losses(out)
 
 
+def preempt_early(metrics: Path, job_id: str, env: dict[str, str]) -> None:
+    """Slurm's warning before the time limit, USR2 to the batch shell only, once the run's
+    first step is logged: the run checkpoints, exits 75 and its job script requeues the job.
+    The file is watched here (every 50 ms), not through follow's polls: the signal comes a few
+    steps in (the preemption's line says which), far from the run's end, however fast the
+    machine trains (Slurm cannot signal a suspended job's batch shell)."""
+    deadline = time.monotonic() + LINE_WAIT_S
+    while _steps(metrics) < 1:
+        assert time.monotonic() < deadline, f"{metrics} did not show a step in {LINE_WAIT_S} s"
+        time.sleep(0.05)
+    run(["scancel", "--signal=USR2", "--batch", job_id], env, timeout=30)
+
+
+def _steps(metrics: Path) -> int:
+    try:
+        return metrics.read_text().count('"kind": "train"')
+    except OSError:
+        return 0
+
+
 def test_a_two_node_run_preempted_and_disconnected_is_followed_and_fetched(
     login: SshLogin,
     laptop: dict[str, str],
@@ -170,13 +190,11 @@ def test_a_two_node_run_preempted_and_disconnected_is_followed_and_fetched(
                    "--follow", "--interval", "1", "--", *TRAIN, "--timeout", str(TIMEOUT_S)),
         laptop, tmp_path,
     )  # fmt: skip
-    job_id, name = out.wait_for(r"submitted job (\d+), run (\S+) ").groups()
-    out.wait_for(r"^step ([3-9]|[1-9]\d)/30 ")
+    job_id, name, workdir = out.wait_for(r"submitted job (\d+), run (\S+) \(in (\S+)\)").groups()
+    preempt_early(Path(workdir) / "runs" / job_id / "metrics.jsonl", job_id, cluster_env)
+    out.wait_for(r"^step \d+/30 ")
     # One connection for the whole command so far: staging, rendering, submitting, polling.
     assert login.accepted() == before + 1
-    # Slurm's warning before the time limit, to the batch shell only: the run checkpoints,
-    # exits 75 and its job script requeues the job.
-    run(["scancel", "--signal=USR2", "--batch", job_id], cluster_env, timeout=30)
     out.wait_for(r"REQUEUED \(restart 1\)")
     release_requeued(job_id, cluster_env, restarts=1)
     # The login node's port closed for a few seconds while the job starts again.
