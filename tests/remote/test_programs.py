@@ -42,7 +42,11 @@ def test_the_program_runs_as_written(tmp_path: Path, shell: str) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.text(st.characters(exclude_characters="\x00"), max_size=20), min_size=1, max_size=5)
+    st.lists(
+        st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20),
+        min_size=1,
+        max_size=5,
+    )
 )
 def test_words_reach_the_program_as_they_were(
     tmp_path_factory: pytest.TempPathFactory, argv: list[str]
@@ -50,6 +54,15 @@ def test_words_reach_the_program_as_they_were(
     home = tmp_path_factory.mktemp("home")
     program = f"for w in {programs.words(argv)}; do printf '%s\\0' \"$w\"; done\n"
     assert run_sh(programs.PRELUDE + program, home).split("\0")[:-1] == argv
+
+
+def test_bytes_that_are_not_utf8_go_as_they_were(tmp_path: Path) -> None:
+    name = b"caf\xe9".decode("utf-8", "surrogateescape")  # as sys.argv holds such a name
+    program = f"printf '%s' {programs.words([name])}\n"
+    proc = subprocess.run(
+        ["sh", "-c", programs.command_line(program)], capture_output=True, timeout=30, check=True
+    )
+    assert proc.stdout == b"caf\xe9"
 
 
 @pytest.mark.parametrize(

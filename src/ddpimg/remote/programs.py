@@ -40,7 +40,9 @@ q = shlex.quote
 
 def command_line(program: str) -> str:
     """``program`` as the one command line ssh passes to the login shell."""
-    encoded = base64.b64encode(program.encode("utf-8")).decode("ascii")
+    # surrogateescape: an argument that came as bytes that are not UTF-8 (a file name) goes
+    # as those bytes.
+    encoded = base64.b64encode(program.encode("utf-8", "surrogateescape")).decode("ascii")
     return f"exec /bin/sh -c 'eval \"$(echo {encoded} | base64 -d)\"'"
 
 
