@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]
 
 MARKERS = (
     "slurm", "mpi", "torchrun", "deepspeed", "lightning", "docker", "podman", "multinode",
-    "shellcheck", "gpu",
+    "shellcheck", "ssh", "gpu",
 )  # fmt: skip
 
 

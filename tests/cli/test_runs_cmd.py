@@ -11,6 +11,12 @@ from ddpimg.cli import main
 from tests.runs.test_records import SUMMARY, TRAIN, make_run
 
 
+@pytest.fixture(autouse=True)
+def nothing_submitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No runs submitted from here (ddpimg submit's state file), whatever this machine has."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)

@@ -108,6 +108,20 @@ def _multinode() -> str | None:
     return _missing_commands("ip", "nsenter", "unshare", "setpriv", "nft") or _slurm()
 
 
+def _ssh() -> str | None:
+    # The client and OpenSSH's own sshd (Debian: openssh-server; /usr/sbin), which the
+    # tests run as root for an unprivileged user they make (useradd).
+    missing = _missing_commands("ssh", "ssh-keygen")
+    if missing is not None:
+        return missing
+    absent = [name for name in ("sshd", "useradd") if shutil.which(name, path=_SBIN) is None]
+    if absent:
+        return f"not in {_SBIN}: {', '.join(absent)} ({_INSTALL_HINT})"
+    if os.geteuid() != 0:
+        return "sshd and the login node's user need root"
+    return None
+
+
 def _shellcheck() -> str | None:
     return _missing_commands("shellcheck")
 
@@ -133,6 +147,7 @@ CHECKS: Mapping[str, Callable[[], str | None]] = {
     "podman": _podman,
     "multinode": _multinode,
     "shellcheck": _shellcheck,
+    "ssh": _ssh,
     "gpu": _gpu,
 }
 

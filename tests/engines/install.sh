@@ -20,6 +20,7 @@ PACKAGES=(
     debootstrap                           # the local base image: no registry to pull FROM
     stress-ng                             # tests/engines/neighbour.sh: a noisy neighbour
     shellcheck                            # lints the rendered batch scripts (tests marked shellcheck)
+    openssh-server openssh-client         # sshd on the login node of the laptop's tests (tests marked ssh)
 )
 # qemu-user runs the arm64 image's programs here (nox -s flavours). It must be 8.2 or newer:
 # older ones hand aarch64 programs the host's own /proc/cpuinfo, on which torch's CPU

@@ -11,6 +11,9 @@ reproduces the network of the clusters the origin tutorials fight with:
   slurmd port and srun's ports (``SrunPortRange``) are open. Like the blocked Ethernet of
   CSC's Puhti and Mahti, it is the first address ``hostname -I`` prints.
 - ``ib0`` (fabric, 10.77.M+1.0/24) is open between nodes, like InfiniBand.
+- A login node on demand (``start_login_node``): a namespace of its own on the management
+  network only, at 10.77.M.5, running no slurmd; Slurm's commands there reach slurmctld at
+  the head's address (``tests/engines/sshd.py`` runs OpenSSH's sshd in it).
 - Names (the node's ``/etc/hosts``): ``nodeNi`` always resolves to ``ib0`` (JSC's suffix);
   the short name ``nodeN`` resolves to ``ib0`` (CSC: ``hostname -s`` works) or, after
   ``resolve_short_names_to("eth0")``, to ``eth0`` (JSC: the plain name is the wrong
@@ -71,6 +74,8 @@ SLURMD_PORT = 6818
 SRUN_PORT_RANGE = (61000, 61999)
 FILTER_TABLE = "ddpimg_mgmt"
 COMMAND_TIMEOUT_S = 30.0
+LOGIN = "login"
+LOGIN_HOST_OFFSET = 5  # 10.77.M.5: between the head (.1) and the nodes (.11, ...)
 STOP_WAIT_S = 10.0
 LOCK_WAIT_S = 60.0
 _POLL_S = 0.1
@@ -292,6 +297,7 @@ class NamespaceCluster:
         self.slurm: LocalSlurm | None = None
         self.short_names_on: Interface = "ib0"
         self._record: _Record | None = None
+        self.login: Node | None = None
         self._holders: dict[str, subprocess.Popen[bytes]] = {}
         self._started_pids: dict[str, int] = {}  # every holder and daemon, for leftovers()
 
@@ -464,6 +470,7 @@ class NamespaceCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 holder.wait(STOP_WAIT_S)
         self._holders.clear()
+        self.login = None
         if self._record is None:
             return
         left = self._record.remove_resources()
@@ -475,10 +482,36 @@ class NamespaceCluster:
         self._record.path.unlink(missing_ok=True)
         self._record = None
 
+    def start_login_node(self, timeout_s: float = 30) -> Node:
+        """The login node (made once): a namespace on the management network, with its own
+        hostname, ``/etc/hosts`` and ``/sys``; ``on_node(LOGIN, ...)`` runs a command there."""
+        if self._record is None:
+            raise NamespaceClusterError(f"cluster {self.token} is not started")
+        if self.login is not None:
+            return self.login
+        mgmt = ipaddress.ip_network(self._record.mgmt_subnet)
+        node = Node(
+            LOGIN, f"ddpimg-{self.token}-{LOGIN}", str(mgmt.network_address + LOGIN_HOST_OFFSET), ""
+        )
+        switch = f"ddpimg-{self.token}-switch"
+        _ip("netns", "add", node.netns)
+        _ip("-n", node.netns, "link", "set", "lo", "up")
+        port = f"eth0-{LOGIN}"
+        _ip("-n", switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+            "netns", node.netns)  # fmt: skip
+        _ip("-n", switch, "link", "set", port, "master", "br-mgmt", "up")
+        _ip("-n", node.netns, "addr", "add", f"{node.mgmt_addr}/24", "dev", "eth0")
+        _ip("-n", node.netns, "link", "set", "eth0", "up")
+        self._start_holder(node, time.monotonic() + timeout_s)
+        self.login = node
+        return node
+
     # -- building --------------------------------------------------------------------------
 
     def _names(self) -> list[str]:
-        return [f"ddpimg-{self.token}-{name}" for name in ("switch", *self._node_names())]
+        # The login node's namespace is listed whether made or not: removal skips a missing one.
+        names = ("switch", *self._node_names(), LOGIN)
+        return [f"ddpimg-{self.token}-{name}" for name in names]
 
     def _node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.num_nodes + 1)]

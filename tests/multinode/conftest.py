@@ -9,6 +9,8 @@ most jobs use two of them. ``run_env`` is the integration tests' base environmen
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,17 +60,25 @@ RUN_LIMIT_S = 300
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespaceCluster]:
+def cluster() -> Iterator[NamespaceCluster]:
     """The namespace cluster for the whole session, removed at its end."""
     decision = verdict(["multinode"], missing_reason, require_engines(os.environ))
     if decision.action == "skip":
         pytest.skip(decision.reason)
     if decision.action == "fail":
         pytest.fail(decision.reason, pytrace=False)
-    with NamespaceCluster(tmp_path_factory.mktemp("netns"), NUM_NODES, DECLARED) as built:
-        yield built
-    left = built.leftovers()
-    assert not left, f"the namespace cluster left behind: {', '.join(left)}"
+    # Not under pytest's temporary directory, which pytest keeps private to root (and makes
+    # private again whenever a session starts): the jobs of the login node's unprivileged user
+    # (tests/engines/sshd.py) run from slurmd's spool directory here.
+    workdir = Path(tempfile.mkdtemp(prefix="ddpimg-netns-"))
+    workdir.chmod(0o711)
+    try:
+        with NamespaceCluster(workdir, NUM_NODES, DECLARED) as built:
+            yield built
+        left = built.leftovers()
+        assert not left, f"the namespace cluster left behind: {', '.join(left)}"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

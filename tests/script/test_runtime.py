@@ -82,3 +82,25 @@ def test_without_preemption_signals_nothing_is_caught() -> None:
     before = signal.getsignal(signal.SIGUSR2)
     with runtime.preemption:
         assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_progress_in_the_manifest_counts_the_steps_of_the_runs_it_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ddpimg follow shows of a script that logs nothing."""
+    previous = {"status": "preempted", "progress": {"steps": 40}}
+    runtime = _runtime()
+    runtime.record = ScriptRecord.start(
+        tmp_path, script=__file__, args=[], run_info={}, world={}, options={}, previous=previous,
+        env={},
+    )  # fmt: skip
+    for _ in range(3):
+        runtime.optimizer_step_ended()
+    progress = json.loads((tmp_path / "manifest.json").read_text())["progress"]
+    assert (progress["steps"], progress["run_steps"]) == (41, 1)  # the first step at once
+    runtime.record_progress(final=True)
+    progress = json.loads((tmp_path / "manifest.json").read_text())["progress"]
+    assert (progress["steps"], progress["run_steps"]) == (43, 3)
+    runtime.at_step(100)  # a framework's count holds the earlier runs' steps itself
+    runtime.record_progress(final=True)
+    assert json.loads((tmp_path / "manifest.json").read_text())["progress"]["steps"] == 100

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -9,11 +10,13 @@ import ddpimg
 from ddpimg.errors import DdpimgError
 from ddpimg.train.outputs import (
     MetricsWriter,
+    RunRecorder,
     collect_versions,
     read_build_info,
     utc_now,
     write_json_atomic,
 )
+from ddpimg.train.progress import Progress
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -128,3 +131,11 @@ def test_metrics_jsonl_is_never_written_through_a_link(tmp_path: Path, keep: int
     with pytest.raises(DdpimgError, match=r"run/metrics.jsonl is a link to .*notes.txt"):
         MetricsWriter(run / "metrics.jsonl", keep_lines=keep)
     assert outside.read_text(encoding="utf-8") == "my notes\n"
+
+
+def test_the_manifest_says_how_long_the_run_is(tmp_path: Path) -> None:
+    """ddpimg follow tells the time left by it."""
+    recorder = RunRecorder(tmp_path, {"status": "running"}, Progress(io.StringIO()))
+    recorder.begin(40)
+    assert json.loads((tmp_path / "manifest.json").read_text())["total_steps"] == 40
+    recorder.finish("completed", 0)

@@ -1,5 +1,5 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs`` and
-``train`` (== ``ddpimg train``).
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs``, the
+laptop's ``ddpimg submit|follow|fetch|cancel``, and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
 the process. Only the module of the command being run is imported: ``ddpimg env`` runs at
@@ -58,9 +58,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "site": ("draft a site profile for this cluster: ddpimg site probe", "site_cmd"),
     "runs": (
-        "list the runs in ./runs (or $DDPIMG_RUNS): status, steps, loss, directory",
+        "list the runs in ./runs (or $DDPIMG_RUNS) and those submitted from here",
         "runs_cmd",
     ),
+    "submit": (
+        "from a laptop: stage this tree, render and submit the job on a login node over ssh",
+        "submit_cmd",
+    ),
+    "follow": ("follow a submitted run: its job's state, live metrics, verdict", "follow_cmd"),
+    "fetch": ("bring a submitted run's files back into ./runs/NAME", "fetch_cmd"),
+    "cancel": ("cancel a submitted run's job", "cancel_cmd"),
 }
 
 

@@ -1,7 +1,9 @@
 """``ddpimg runs [--root DIR] [--json]``: the runs under the runs root (``./runs``, or
 ``$DDPIMG_RUNS``), oldest first: name, status, steps, loss (final, or the newest logged),
-start and directory, the one ``runs/latest`` points at marked ``*`` (``ddpimg.runs.table``).
-No torch is imported: it answers at once on a login node."""
+start and directory, the one ``runs/latest`` points at marked ``*`` (``ddpimg.runs.table``);
+then the runs submitted from this machine (``ddpimg submit``), as last seen by ``follow`` or
+``fetch``, their directory ``host:path`` (a run fetched into the runs root is listed once,
+there). No torch is imported: it answers at once on a login node."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import os
 from pathlib import Path
 
 from ddpimg import exitcodes
+from ddpimg.remote.state import RemoteRun, load, state_path
 from ddpimg.runs.names import LATEST, RUNS_VARIABLE, runs_root
 from ddpimg.runs.records import list_runs
-from ddpimg.runs.table import local_rows, render, shown
+from ddpimg.runs.table import RunRow, local_rows, render, shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         latest: str | None = os.readlink(root / LATEST)
     except OSError:
         latest = None
-    rows = local_rows(list_runs(root), latest)
+    remote = load(state_path(os.environ))
+    fetched = {Path(run.local_dir) for run in remote}
+    rows = [
+        row
+        for row in local_rows(list_runs(root), latest)
+        if Path(row.directory).absolute() not in fetched
+    ] + [_remote_row(run) for run in remote]
     if args.json:
         for row in rows:
             print(json.dumps(row.to_json()))
@@ -43,3 +52,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     else:
         print(f"no runs in {shown(str(root))} (train without --out starts one there)")
     return exitcodes.OK
+
+
+def _remote_row(run: RemoteRun) -> RunRow:
+    """A submitted run as last seen: the manifest's status once followed to its end or
+    fetched, else Slurm's state."""
+    status = run.status or run.state.lower() or "submitted"
+    where = f"{run.host}:{run.run_dir or run.workdir}"
+    return RunRow(run.name, status, run.steps, run.loss, run.submitted_utc, where)

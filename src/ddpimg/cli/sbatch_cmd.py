@@ -74,28 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", metavar="JOB.toml", help="job file: the same settings as TOML keys"
     )
-    job = parser.add_argument_group("job (default: job file > site profile > built-in)")
-    for field in FIELDS:
-        if field.name == "command":
-            continue
-        # argparse formats help with %, and the log patterns contain %j.
-        help_text = field.help.replace("%", "%%")
-        if field.from_profile and not field.merge:
-            help_text += " (default: the site's)"
-        elif field.default and field.kind is not list:
-            help_text += f" (default: {field.default})"
-        options: dict[str, Any] = {"dest": field.name, "default": None, "help": help_text}
-        if field.kind is list:
-            options["action"] = "append"
-        elif field.name == "nodes":
-            options["action"] = NodesAction
-        elif field.kind is int:
-            options["type"] = int
-        if field.choices:
-            options["choices"] = field.choices
-        elif field.metavar:
-            options["metavar"] = field.metavar
-        job.add_argument(field.option, **options)
+    add_job_options(parser.add_argument_group("job (default: job file > site profile > built-in)"))
     parser.add_argument(
         "--allow-retired",
         action="store_true",
@@ -120,6 +99,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND",
         help="the training command, after --, e.g. -- train mnist --epochs 5",
     )
+
+
+def add_job_options(job: argparse._ArgumentGroup, skip: tuple[str, ...] = ()) -> None:
+    """The job's settings as options (every field but the command and ``skip``): ``ddpimg
+    sbatch``'s, which ``ddpimg submit`` takes too."""
+    for field in FIELDS:
+        if field.name == "command" or field.name in skip:
+            continue
+        # argparse formats help with %, and the log patterns contain %j.
+        help_text = field.help.replace("%", "%%")
+        if field.from_profile and not field.merge:
+            help_text += " (default: the site's)"
+        elif field.default and field.kind is not list:
+            help_text += f" (default: {field.default})"
+        options: dict[str, Any] = {"dest": field.name, "default": None, "help": help_text}
+        if field.kind is list:
+            options["action"] = "append"
+        elif field.name == "nodes":
+            options["action"] = NodesAction
+        elif field.kind is int:
+            options["type"] = int
+        if field.choices:
+            options["choices"] = field.choices
+        elif field.metavar:
+            options["metavar"] = field.metavar
+        job.add_argument(field.option, **options)
 
 
 @dataclass(frozen=True)

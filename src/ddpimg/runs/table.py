@@ -1,6 +1,6 @@
 """``ddpimg runs``' table: one row a run, whatever it was read from. The local runs come from
-the runs root (``records``); a laptop's runs on a cluster (``ddpimg submit``) will come from
-its state file as rows of the same kind, with a ``host:path`` directory.
+the runs root (``records``); a laptop's runs on a cluster (``ddpimg submit``) come from its
+state file (``ddpimg.remote.state``) as rows of the same kind, with a ``host:path`` directory.
 
 Names and locations are a run directory's, which anyone could have made: printed with
 anything unprintable escaped, so that no name can move the cursor or forge a line.

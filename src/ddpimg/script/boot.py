@@ -408,6 +408,7 @@ class Boot:
             watch.linger(self.options.timeout_s if status == "completed" else watch.limits.grace_s)
         self._stop_watch(runtime)
         if runtime.record is not None:
+            runtime.record_progress(final=True)
             runtime.record.finish(status, exit_status, error)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -192,6 +192,7 @@ class ScriptRecord:
                 "status": previous.get("status"),
                 "started_utc": previous.get("started_utc"),
                 "last_checkpoint": previous.get("last_checkpoint"),
+                "progress": previous.get("progress"),
             }
             kept = _complete_lines(metrics, lambda record: record.get("kind") != "summary")
             keep = len(kept)

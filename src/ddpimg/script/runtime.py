@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from ddpimg.script.record import ScriptRecord
 
 Kind = Literal["train", "eval"]
+# How often rank 0 records its progress in manifest.json (``record_progress``).
+PROGRESS_EVERY_S = 5.0
 
 
 class ScriptPreempted(BaseException):
@@ -83,6 +85,8 @@ class ScriptRuntime:
         self.preemption = _Signals(self, options.preempt_signals, options.preempt_check_every)
         self.consumers: set[str] = set()
         self.steps = 0  # optimizer steps this process has taken (or a framework's count)
+        self.counted_by_framework = False  # ``steps`` is a framework's own count
+        self._progress_at = float("-inf")
         self.started = time.monotonic()
         self.last_loss: float | None = None
         self.summary: dict[str, Any] = {}
@@ -101,18 +105,46 @@ class ScriptRuntime:
     def optimizer_step_ended(self) -> None:
         self.steps += 1
         self.progress.enter(TRAIN, self.steps)
+        self.record_progress()
 
     def at_step(self, step: int) -> None:
         """A framework's own count of optimizer steps (it knows about accumulation and
         resumed runs better than the hooks)."""
         self.steps = step
+        self.counted_by_framework = True
+
+    def record_progress(self, final: bool = False) -> None:
+        """Rank 0's manifest.json says how far the script is (``progress``: optimizer steps
+        and the time it took), at most every PROGRESS_EVERY_S: what ``ddpimg follow`` shows
+        of a script that logs nothing. The hooks' count of a plain script starts again in a
+        continued run, so the steps of the runs it continues are added; a framework's count
+        already holds them."""
+        now = time.monotonic()
+        if self.record is None or (not final and now - self._progress_at < PROGRESS_EVERY_S):
+            return
+        self._progress_at = now
+        earlier = 0
+        if not self.counted_by_framework:
+            continued = self.record.manifest.get("continues") or {}
+            before = (continued.get("progress") or {}).get("steps")
+            earlier = before if isinstance(before, int) and not isinstance(before, bool) else 0
+        self.record.update(
+            progress={
+                "steps": earlier + self.steps,
+                "run_steps": self.steps,
+                "elapsed_s": round(now - self.started, 3),
+                "utc": utc_now(),
+            }
+        )
 
     def report_progress(self, step: int | None = None) -> None:
         """``ddpimg.progress``: the script is alive and moving (a loop without an optimizer
         step, a long evaluation)."""
         if step is not None:
             self.steps = step
+            self.counted_by_framework = True  # the script's own count
         self.progress.enter(TRAIN, self.steps)
+        self.record_progress()
 
     def evaluating(self) -> None:
         """An evaluation batch: the first one enters the eval phase, the others keep it."""
@@ -184,6 +216,7 @@ class ScriptRuntime:
             step = self._recorded_step(path)
         if step is not None:
             self.steps = step
+            self.counted_by_framework = True
             self.progress.saved(path, step)
         if self.record is not None:
             entries: dict[str, Any] = {

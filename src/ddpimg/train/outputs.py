@@ -222,7 +222,11 @@ class RunRecorder:
             ) from err
 
     def begin(self, total_steps: int) -> None:
+        """The run's length in optimizer steps: the progress line's, and manifest.json's
+        ``total_steps`` (by which ``ddpimg follow`` tells the time left)."""
         self.progress.begin(total_steps)
+        self.manifest["total_steps"] = total_steps
+        write_json_atomic(self.out / MANIFEST, self.manifest)
 
     def step(self, step: int, epoch: int) -> None:
         self.progress.step(step, epoch)

@@ -1,0 +1,92 @@
+"""``ddpimg fetch RUN [--checkpoints newest]``: a run submitted from here brought back into
+its local directory (``./runs/NAME``, or under ``$DDPIMG_RUNS``): manifest.json,
+metrics.jsonl, the trackers' offline runs, plots, the job's log and script, and with
+``--checkpoints newest`` the newest checkpoint. A plot of the run is drawn beside them when
+matplotlib is installed. Fetch again to bring the files up to date.
+
+What the login node sends is written only under those names, inside that directory: anything
+else it sends is skipped and named.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ddpimg import exitcodes
+from ddpimg.cli import remote_common
+from ddpimg.remote import state
+from ddpimg.remote.fetch import DEFAULT_MAX_GB, fetch_run
+from ddpimg.remote.tree import describe_size
+from ddpimg.runs.records import read_run
+from ddpimg.runs.table import shown
+
+PLOT = "plot.png"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("run", metavar="RUN", help="a submitted run's name, or latest")
+    parser.add_argument(
+        "--checkpoints",
+        choices=("none", "newest"),
+        default="none",
+        help="newest: also the newest checkpoint (default: none)",
+    )
+    parser.add_argument(
+        "--max-size", type=float, default=DEFAULT_MAX_GB, metavar="GB",
+        help=f"stop past this many GB (default {DEFAULT_MAX_GB})",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    remote_common.check_positive(args.max_size, "--max-size")
+    path, found = remote_common.pick(args.run)
+    local = Path(found.local_dir)
+    with remote_common.connect(found.host) as transport:
+        fetched = fetch_run(
+            transport,
+            found,
+            local,
+            checkpoints=args.checkpoints == "newest",
+            max_bytes=int(args.max_size * 1e9),
+        )
+    unpacked = fetched.unpacked
+    remote_common.say(
+        f"fetched {found.name} into {shown(str(local))}: {len(unpacked.written)} files, "
+        f"{describe_size(unpacked.size)}"
+        + (f", checkpoint {fetched.checkpoint}" if fetched.checkpoint else "")
+    )
+    if fetched.changing:
+        remote_common.say(
+            f"note: some of {found.name}'s files changed while they were packed (the run goes "
+            "on); fetch again once it ends"
+        )
+    if unpacked.skipped:
+        shown_names = ", ".join(repr(name) for name in unpacked.skipped[:5])
+        more = f" and {len(unpacked.skipped) - 5} more" if len(unpacked.skipped) > 5 else ""
+        remote_common.say(f"warning: skipped what {found.host} sent unasked: {shown_names}{more}")
+    record = read_run(local)
+    state.update(path, found.name, status=record.status, steps=record.steps, loss=record.loss)
+    _plot(local)
+    return exitcodes.OK
+
+
+def _plot(local: Path) -> None:
+    """Draw the run beside its files, if matplotlib is there (it is optional)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        remote_common.say(f"ddpimg plot {shown(str(local))} -o {PLOT} draws it (needs matplotlib)")
+        return
+    from ddpimg.errors import DdpimgError
+    from ddpimg.plot import plot_runs
+    from ddpimg.plot import read_run as read_plotted
+
+    try:
+        plot_runs([read_plotted(local)], local / PLOT)
+    except DdpimgError as err:
+        remote_common.say(f"warning: no plot: {err.message}")
+        return
+    remote_common.say(f"plotted {shown(str(local / PLOT))}")

@@ -1,0 +1,128 @@
+"""``ddpimg fetch``: a run's files brought back into a local run directory.
+
+What comes: the run's ``manifest.json`` and ``metrics.jsonl``, the trackers' offline runs
+(``tensorboard/``, ``wandb/``, ``mlruns/``, ``trackers.json``), the plots in its directory,
+the job's log and script, and with ``--checkpoints newest`` the newest checkpoint. The login
+node packs them (``programs.pack``); what it sends is written only under the names asked for,
+into the run's local directory (``untar``): anything else it sends is skipped and said.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ddpimg.errors import DdpimgError
+from ddpimg.remote import programs
+from ddpimg.remote.state import RemoteRun
+from ddpimg.remote.transport import Transport, stderr_lines
+from ddpimg.remote.untar import Unpacked, unpack
+from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.runs.table import shown
+
+RUN_FILES = (MANIFEST, METRICS, "trackers.json")
+TRACKER_FOLDERS = ("tensorboard", "wandb", "mlruns")
+PLOT_SUFFIXES = ("png", "svg", "pdf")
+CHECKPOINTS = "checkpoints"
+DEFAULT_MAX_GB = 20
+FETCH_TIMEOUT_S = 6 * 3600.0
+TAR_CHANGED = 1  # GNU tar: a file changed as it was read (a run still writing); the rest came
+_STEP = re.compile(r"step-\d{8,}")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What came: where, the files, the checkpoint's name; ``changing``: some files changed
+    while they were packed (the run goes on)."""
+
+    local_dir: Path
+    unpacked: Unpacked
+    checkpoint: str | None
+    changing: bool = False
+
+
+def accepted(run: RemoteRun, checkpoints: bool) -> tuple[Callable[[str], bool], list[str]]:
+    """Which names of the stream are written, and the newest checkpoint's name once seen
+    (the list): the run's files, its plots, the trackers' folders, the log and the job
+    script by their names, and one ``checkpoints/step-N`` folder with ``checkpoints``."""
+    log = run.log.rsplit("/", 1)[-1]
+    singles = {*RUN_FILES, programs.JOB_SCRIPT, log}
+    seen_checkpoint: list[str] = []
+
+    def accept(name: str) -> bool:
+        first, _, rest = name.partition("/")
+        if not rest:
+            return name in singles or ("." in name and name.rsplit(".", 1)[1] in PLOT_SUFFIXES)
+        if first in TRACKER_FOLDERS:
+            return True
+        if checkpoints and first == CHECKPOINTS:
+            step, _, inside = rest.partition("/")
+            if not inside or not _STEP.fullmatch(step):
+                return False
+            if not seen_checkpoint:
+                seen_checkpoint.append(step)
+            return step == seen_checkpoint[0]
+        return False
+
+    return accept, seen_checkpoint
+
+
+class _Prefixed:
+    """``stream`` with ``first`` (already read from it) in front."""
+
+    def __init__(self, first: bytes, stream: IO[bytes]) -> None:
+        self.first = first
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.first:
+            return self.stream.read(size)
+        if size < 0:
+            data, self.first = self.first + self.stream.read(), b""
+            return data
+        data, self.first = self.first[:size], self.first[size:]
+        return data if len(data) == size else data + self.stream.read(size - len(data))
+
+
+def fetch_run(
+    transport: Transport, run: RemoteRun, local_dir: Path, *, checkpoints: bool, max_bytes: int
+) -> Fetched:
+    """Bring ``run``'s files into ``local_dir``."""
+    extra = [path for path in (run.log, f"{run.job_dir}/{programs.JOB_SCRIPT}") if path]
+    program = programs.pack(
+        run.run_dir or "/nonexistent",
+        [*RUN_FILES, *TRACKER_FOLDERS],
+        PLOT_SUFFIXES,
+        checkpoints,
+        extra,
+    )
+    accept, checkpoint = accepted(run, checkpoints)
+
+    def consume(stream: IO[bytes]) -> Unpacked:
+        first = stream.read(tarfile.BLOCKSIZE)
+        if not first:  # nothing there to pack: the status says so
+            return Unpacked()
+        return unpack(_Prefixed(first, stream), local_dir, accept, max_bytes)
+
+    unpacked, done = transport.read_stream(
+        program, "the run's files", consume, timeout=FETCH_TIMEOUT_S
+    )
+    if done.status == programs.MISSING:
+        raise DdpimgError(
+            f"{run.host}: nothing of run {run.name} to fetch: no {shown(run.run_dir)} and no "
+            f"log {shown(run.log)} on the login node",
+            hint=f"the job may not have started yet: ddpimg follow {run.name}",
+        )
+    if done.status not in (0, TAR_CHANGED):
+        said = "; ".join(shown(line) for line in stderr_lines(done)) or f"status {done.status}"
+        raise DdpimgError(
+            f"{run.host}: packing run {run.name}'s files failed: {said}",
+            hint="what was written before is kept; fetch again",
+        )
+    return Fetched(
+        local_dir, unpacked, checkpoint[0] if checkpoint else None, done.status == TAR_CHANGED
+    )

@@ -1,0 +1,193 @@
+"""``ddpimg submit``: stage the tree, render the job on the login node with ``ddpimg sbatch``
+(the same code, with the site's facts where they are), submit it, and say what became of it:
+the job id, and the run's name that ``follow``, ``fetch`` and ``cancel`` take.
+
+Where the run's files will be is known before the job starts: a bundled trainer without
+``--out`` writes ``runs/JOBID`` in the directory the job runs in (``ddpimg sbatch`` adds that
+``--out``), a script ``runs/SCRIPT-JOBID`` there (the submit program points ``DDPIMG_RUNS``
+at it), and an ``--out`` given is taken as given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+from ddpimg.errors import DdpimgError
+from ddpimg.jobs.command import TRAIN, TrainCommand
+from ddpimg.remote import programs
+from ddpimg.remote.login import LoginNode, parse_facts, remote_said
+from ddpimg.remote.stage import Staged, stage_tree
+from ddpimg.remote.state import RemoteRun
+from ddpimg.remote.transport import Transport
+from ddpimg.remote.tree import Tree, describe_size
+from ddpimg.runs.names import DEFAULT_ROOT, run_name, stem_of, time_tag
+from ddpimg.runs.table import shown
+
+DEFAULT_TRAINER = "mnist"
+TRAINER_NAMES = ("mnist", "toy", "resnet", "gpt")
+DEFAULT_LOG = "%x-%j.out"  # ddpimg sbatch's (ddpimg.jobs.fields), with %x the job's name
+DEFAULT_JOB_NAME = "ddpimg"
+SUBMIT_TIMEOUT_S = 180.0
+_JOB_ID = re.compile(r"\d{1,20}")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to submit: ``sbatch_args`` are ``ddpimg sbatch``'s job options as words;
+    ``output`` and ``job_name`` those among them (the log's name), if given."""
+
+    site: str
+    remote_dir: str
+    sbatch_args: tuple[str, ...]
+    command: tuple[str, ...]
+    output: str | None = None
+    job_name: str | None = None
+
+
+def stem_for(command: Sequence[str]) -> str:
+    """The first part of the run's name: the trainer, the script's name, or the program."""
+    parsed = TrainCommand(tuple(command))
+    if parsed.kind == TRAIN:
+        if parsed.script:
+            return stem_of(
+                PurePosixPath(parsed.script[1] if len(parsed.script) > 1 else "script").stem
+            )
+        return next((word for word in parsed.head if word in TRAINER_NAMES), DEFAULT_TRAINER)
+    return stem_of(PurePosixPath(command[0]).name if command else "job")
+
+
+def check_command(command: Sequence[str], tree: Tree) -> None:
+    """The command can run from the staged tree: a script given by a relative path is in it."""
+    if not command:
+        raise DdpimgError(
+            "no command after --",
+            hint="ddpimg submit --host LOGIN -- train mnist --epochs 1 (or train --script FILE)",
+        )
+    parsed = TrainCommand(tuple(command))
+    if parsed.kind != TRAIN or len(parsed.script) < 2:
+        return
+    script = parsed.script[1]
+    if script.startswith(("/", "~")):
+        return  # a file on the cluster
+    staged = os.path.normpath(os.path.join(tree.subdir, script)).replace(os.sep, "/")
+    if staged.startswith("../") or not tree.has(staged):
+        where = {"git": "what git tracks or would add", "--include": "the --include paths"}
+        raise DdpimgError(
+            f"train --script {shown(script)}: {shown(staged)} is not in the tree to stage "
+            f"({where.get(tree.source, 'nothing: not in a git work tree')}, from {tree.root})",
+            hint="git add it (or take it out of .gitignore), or name it with --include; a file "
+            "already on the cluster is given by its absolute path",
+        )
+
+
+def run_dir_for(command: Sequence[str], workdir: str, job_id: str) -> str:
+    """Where the job's run writes, on the login node (empty: a command that makes no run)."""
+    parsed = TrainCommand(tuple(command))
+    if parsed.kind != TRAIN:
+        return ""
+    out = parsed.option("--out")
+    if out:
+        return out if out.startswith("/") else f"{workdir}/{out}"
+    if parsed.script and len(parsed.script) > 1:
+        name = run_name(stem_of(PurePosixPath(parsed.script[1]).stem), job_id)
+        return f"{workdir}/{DEFAULT_ROOT}/{name}"
+    return f"{workdir}/{DEFAULT_ROOT}/{job_id}"
+
+
+def log_for(workdir: str, job_id: str, output: str | None, job_name: str | None) -> str:
+    """The job's log: ``--output``'s pattern with the job's id and name put in (``%j``,
+    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path)."""
+    pattern = (output or DEFAULT_LOG).replace("%%", "\0")
+    for token, value in (("%j", job_id), ("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)):
+        pattern = pattern.replace(token, value)
+    path = pattern.replace("\0", "%")
+    return path if path.startswith("/") else f"{workdir}/{path}"
+
+
+def submission_name(stem: str, now: datetime) -> str:
+    """The submission's directory name under jobs/: ``STEM-TIME-XXXXXX``."""
+    return f"{stem}-{time_tag(now)}-{secrets.token_hex(3)}"
+
+
+def submit(
+    transport: Transport,
+    login: LoginNode,
+    tree: Tree,
+    request: Request,
+    *,
+    local_root: Path,
+    say: Callable[[str], None],
+    now: datetime | None = None,
+) -> RemoteRun:
+    """Stage, render and submit; the run as the state file records it."""
+    now = now or datetime.now(timezone.utc)
+    stem = stem_for(request.command)
+    job = submission_name(stem, now.astimezone())
+    staged = stage_tree(transport, tree, request.remote_dir, job)
+    say(_staged_words(tree, staged))
+    site = [] if login.site_arg is None else ["--site", login.site_arg]
+    answer = transport.run(
+        programs.submit(
+            request.remote_dir,
+            job,
+            tree.subdir,
+            ddpimg=login.ddpimg,
+            sbatch_args=[*site, *request.sbatch_args],
+            command=request.command,
+        ),
+        "ddpimg sbatch --submit on the login node",
+        timeout=SUBMIT_TIMEOUT_S,
+    )  # fmt: skip
+    for line in answer.error_text.splitlines():
+        if line.startswith("ddpimg: warning: "):
+            say(f"{transport.host}: {shown(line[len('ddpimg: ') :][:500])}")
+    facts = parse_facts(answer.text)
+    # The job id as it came, printable or not: the message shows it escaped.
+    said_id = next((line[6:] for line in answer.text.splitlines() if line.startswith("jobid ")), "")
+    job_id = said_id if _JOB_ID.fullmatch(said_id) else ""
+    workdir = facts.get("workdir", "")
+    if answer.status == 0 and not (job_id and workdir.startswith("/")):
+        raise DdpimgError(
+            f"{transport.host}: the login node's answer is not a job id and a directory "
+            f"(job id '{shown(said_id[:100])}', directory '{shown(workdir[:200])}')",
+            hint="check its sbatch (sbatch --parsable must print the job id); nothing is "
+            "recorded here",
+        )
+    if answer.status != 0:
+        raise DdpimgError(
+            f"{transport.host}: ddpimg sbatch did not submit the job: {remote_said(answer)}",
+            hint="fix what it says with the matching ddpimg submit option (the same as ddpimg "
+            f"sbatch's); the staged tree stays in {request.remote_dir}/{programs.JOBS}/{job}",
+        )
+    name = f"{stem}-{job_id}"
+    return RemoteRun(
+        name=name,
+        host=transport.host,
+        job_id=job_id,
+        job_dir=staged.job_dir,
+        workdir=workdir,
+        run_dir=run_dir_for(request.command, workdir, job_id),
+        log=log_for(workdir, job_id, request.output, request.job_name),
+        submitted_utc=now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        site=login.site,
+        command=tuple(request.command),
+        local_dir=str((local_root / name).absolute()),
+        state="SUBMITTED",
+    )
+
+
+def _staged_words(tree: Tree, staged: Staged) -> str:
+    if not tree.files:
+        return "staged no files (not in a git work tree, and no --include)"
+    sent = f"{staged.new_files} new ({describe_size(staged.new_bytes)})"
+    there = staged.files - staged.new_files
+    return (
+        f"staged {staged.files} files ({describe_size(tree.size)}, {tree.source}): {sent}, "
+        f"{there} already there"
+    )
