@@ -115,8 +115,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "mkl compatible": {"MKL_CBWR": "COMPATIBLE"},
 }
 REFERENCE_ENV = {"OMP_NUM_THREADS": "2"}
-# The variants that stand for another CPU's kernels: on each, 2 ranks are also compared with
-# one process on the same kernels (what this comparison does on such a machine).
+# The variants that stand for another CPU's kernels: on each, every comparison is also made
+# against one process on the same kernels (what a test does on such a machine).
 KERNELS = ("aten default", "onednn sse4.1", "mkl compatible")
 ON = " on "
 
@@ -133,8 +133,9 @@ def floor_of(differences: Mapping[str, Sequence[float]]) -> float:
 def _train(arguments: Sequence[str], out: Path, env: Mapping[str, str], ranks: int) -> list[float]:
     from tests.integration.runs import command, run, train_losses
 
+    # The launch first: a comparison's own --nproc-per-node, later, is the one train keeps.
     launch = ["--nproc-per-node", str(ranks)] if ranks > 1 else []
-    run([command("train"), *arguments, *launch, "--out", str(out)], env, timeout=3600)
+    run([command("train"), *launch, *arguments, "--out", str(out)], env, timeout=3600)
     return train_losses(out)
 
 
@@ -142,7 +143,8 @@ def measure(
     arguments: Sequence[str], comparisons: Mapping[str, Sequence[str]], work: Path
 ) -> dict[str, list[float]]:
     """The losses of the reference run (``reference``), of each variant, and of each of
-    ``comparisons`` (name -> extra arguments of a 2-rank run)."""
+    ``comparisons`` (name -> extra arguments of a 2-rank run; a ``--nproc-per-node`` among
+    them sets another number of ranks), natively and on each of KERNELS."""
     reordering = {name for env in VARIANTS.values() for name in env}
     base = {k: v for k, v in os.environ.items() if k not in reordering} | {"PYTHONUNBUFFERED": "1"}
     losses = {"reference": _train(arguments, work / "reference", base | REFERENCE_ENV, 1)}
@@ -152,7 +154,9 @@ def measure(
         losses[name] = _train([*arguments, *extra], work / f"ranks-{index}", base, 2)
     for index, name in enumerate(KERNELS):
         env = base | VARIANTS[name]
-        losses[f"2 ranks{ON}{name}"] = _train(arguments, work / f"kernels-{index}", env, 2)
+        for number, (compared, extra) in enumerate(comparisons.items()):
+            out = work / f"kernels-{index}-{number}"
+            losses[f"{compared}{ON}{name}"] = _train([*arguments, *extra], out, env, 2)
     return losses
 
 

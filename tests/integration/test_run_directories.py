@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ddpimg import exitcodes
-from tests.integration.runs import QUICK_TRAIN, command, run, summary
+from tests.integration.runs import QUICK_LR, QUICK_TRAIN, command, run, summary
 
 WORLD = 2
 
@@ -52,7 +52,7 @@ def test_a_trainer_run_again_gets_a_new_directory_and_keeps_the_old(
                     for path in dirs]  # fmt: skip
     assert manifest(first) == before
     assert [manifest(path)["status"] for path in dirs] == ["completed"] * 3
-    assert [manifest(path)["arguments"]["lr"] for path in dirs] == [None, None, 0.5]
+    assert [manifest(path)["arguments"]["lr"] for path in dirs] == [float(QUICK_LR)] * 2 + [0.5]
     assert [summary(path)["steps"] for path in dirs] == [8] * 3
     assert os.readlink(tmp_path / "runs" / "latest") == dirs[-1].name
 
