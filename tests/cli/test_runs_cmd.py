@@ -70,7 +70,13 @@ def test_names_that_could_drive_a_terminal_are_escaped(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     make_run(tmp_path / "runs" / "x\x1b[2Jy", "completed", [SUMMARY])
+    started = tmp_path / "runs" / "z-1"
+    make_run(started, "completed", [SUMMARY])
+    manifest = json.loads((started / "manifest.json").read_text())
+    manifest["started_utc"] = "2026\x1b]0;owned\x07"  # a start time is the manifest's word too
+    (started / "manifest.json").write_text(json.dumps(manifest))
     assert main(["runs"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out
     assert "x\\x1b[2Jy" in out
+    assert "2026\\x1b]0;owned\\x07" in out

@@ -59,9 +59,10 @@ def test_only_the_end_of_a_long_metrics_file_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        (b"{not json", "manifest.json: not JSON"),
+        (b"{not json", "manifest.json: not JSON (Expecting property name"),
         (b"[1, 2]", "manifest.json: not a JSON object"),
-        (b"\xff\xfe", "manifest.json: not JSON"),
+        (b"\xff\xfe", "manifest.json: not UTF-8 text"),
+        (b"[" * 200_000 + b"]" * 200_000, "manifest.json: JSON nested more than 64 levels"),
     ],
 )
 def test_a_manifest_that_is_not_one_makes_the_run_unreadable(
@@ -70,11 +71,23 @@ def test_a_manifest_that_is_not_one_makes_the_run_unreadable(
     path = make_run(tmp_path / "r", None, TRAIN)
     (path / "manifest.json").write_bytes(content)
     run = read_run(path)
-    assert (run.manifest, run.status, run.problem) == (None, "unreadable", problem)
+    assert (run.manifest, run.status) == (None, "unreadable")
+    assert run.problem is not None
+    assert run.problem.startswith(problem), run.problem
+
+
+def test_metrics_lines_nested_too_deep_are_passed_over(tmp_path: Path) -> None:
+    """A line nested deeper than any reader follows is skipped like any unreadable line: the
+    train line before it gives the progress (no RecursionError)."""
+    path = make_run(tmp_path / "r", None, TRAIN)
+    with (path / "metrics.jsonl").open("ab") as stream:
+        stream.write(b"[" * 30_000 + b"]" * 30_000 + b"\n")
+    run = read_run(path)
+    assert (run.steps, run.loss) == (3, TRAIN[-1]["loss"])
 
 
 def test_a_manifest_too_large_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(records, "MAX_MANIFEST_BYTES", 100)
+    monkeypatch.setattr(records, "MANIFEST_LIMIT", 100)
     path = make_run(tmp_path / "r")
     (path / "manifest.json").write_text(json.dumps({"status": "completed", "pad": "x" * 200}))
     run = read_run(path)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from ddpimg import exitcodes
 from ddpimg.cli import remote_common
+from ddpimg.errors import printable
 from ddpimg.remote import state
 from ddpimg.remote.fetch import DEFAULT_MAX_GB, fetch_run
 from ddpimg.remote.tree import describe_size
 from ddpimg.runs.records import read_run
-from ddpimg.runs.table import shown
 
 PLOT = "plot.png"
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         )
     unpacked = fetched.unpacked
     remote_common.say(
-        f"fetched {found.name} into {shown(str(local))}: {len(unpacked.written)} files, "
+        f"fetched {found.name} into {printable(str(local))}: {len(unpacked.written)} files, "
         f"{describe_size(unpacked.size)}"
         + (f", checkpoint {fetched.checkpoint}" if fetched.checkpoint else "")
     )
@@ -78,7 +78,8 @@ def _plot(local: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        remote_common.say(f"ddpimg plot {shown(str(local))} -o {PLOT} draws it (needs matplotlib)")
+        shown = printable(str(local))
+        remote_common.say(f"ddpimg plot {shown} -o {PLOT} draws it (needs matplotlib)")
         return
     from ddpimg.errors import DdpimgError
     from ddpimg.plot import plot_runs
@@ -89,4 +90,4 @@ def _plot(local: Path) -> None:
     except DdpimgError as err:
         remote_common.say(f"warning: no plot: {err.message}")
         return
-    remote_common.say(f"plotted {shown(str(local / PLOT))}")
+    remote_common.say(f"plotted {printable(str(local / PLOT))}")

@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 
 from ddpimg import exitcodes
+from ddpimg.errors import printable
 from ddpimg.remote.state import RemoteRun, load, state_path
 from ddpimg.runs.names import LATEST, RUNS_VARIABLE, runs_root
 from ddpimg.runs.records import list_runs
-from ddpimg.runs.table import RunRow, local_rows, render, shown
+from ddpimg.runs.table import RunRow, local_rows, render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     elif rows:
         print(render(rows))
     else:
-        print(f"no runs in {shown(str(root))} (train without --out starts one there)")
+        print(f"no runs in {printable(str(root))} (train without --out starts one there)")
     return exitcodes.OK
 
 

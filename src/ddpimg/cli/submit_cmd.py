@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ddpimg import exitcodes
 from ddpimg.cli import remote_common, sbatch_cmd
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs import FIELDS
 from ddpimg.remote import programs, state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S
@@ -31,7 +31,6 @@ from ddpimg.remote.login import AUTO, check_login
 from ddpimg.remote.submit import Request, check_command, submit
 from ddpimg.remote.tree import DEFAULT_MAX_FILES, DEFAULT_MAX_MB, Limits, collect_tree
 from ddpimg.runs.names import runs_root
-from ddpimg.runs.table import shown
 
 # Options of ddpimg sbatch that do not fit a run followed from here: an array is many runs.
 NOT_HERE = ("array",)
@@ -149,7 +148,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     with remote_common.connect(args.host, env) as transport:
         host = transport.host
         login = check_login(transport, remote_ddpimg, args.site)
-        remote_common.say(f"{host}: site {shown(login.site)}, {shown(login.where)}")
+        remote_common.say(f"{host}: site {printable(login.site)}, {printable(login.where)}")
         submitted = submit(
             transport,
             login,
@@ -161,7 +160,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         recorded = state.add(path, submitted)
         remote_common.say(
             f"{host}: submitted job {recorded.job_id}, run {recorded.name} (in "
-            f"{shown(recorded.workdir)})"
+            f"{printable(recorded.workdir)})"
         )
         print(recorded.name, flush=True)
         if not args.follow:

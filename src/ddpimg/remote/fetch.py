@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote import programs
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport, stderr_lines
 from ddpimg.remote.untar import Unpacked, unpack
 from ddpimg.run_files import MANIFEST, METRICS
-from ddpimg.runs.table import shown
 
 RUN_FILES = (MANIFEST, METRICS, "trackers.json")
 TRACKER_FOLDERS = ("tensorboard", "wandb", "mlruns")
@@ -113,12 +112,12 @@ def fetch_run(
     )
     if done.status == programs.MISSING:
         raise DdpimgError(
-            f"{run.host}: nothing of run {run.name} to fetch: no {shown(run.run_dir)} and no "
-            f"log {shown(run.log)} on the login node",
+            f"{run.host}: nothing of run {run.name} to fetch: no {printable(run.run_dir)} and no "
+            f"log {printable(run.log)} on the login node",
             hint=f"the job may not have started yet: ddpimg follow {run.name}",
         )
     if done.status not in (0, TAR_CHANGED):
-        said = "; ".join(shown(line) for line in stderr_lines(done)) or f"status {done.status}"
+        said = "; ".join(printable(line) for line in stderr_lines(done)) or f"status {done.status}"
         raise DdpimgError(
             f"{run.host}: packing run {run.name}'s files failed: {said}",
             hint="what was written before is kept; fetch again",

@@ -15,10 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote import programs
 from ddpimg.remote.transport import Completed, Transport
-from ddpimg.runs.table import shown
 
 AUTO = "auto"
 GENERIC = "generic"
@@ -59,14 +58,15 @@ def check_login(transport: Transport, remote_ddpimg: Sequence[str] | None, site:
     missing = [name for name in NEEDED if not facts.get(f"which-{name}")]
     if missing:
         raise DdpimgError(
-            f"{host}: {', '.join(missing)} not found on the login node (PATH={shown(path)})",
+            f"{host}: {', '.join(missing)} not found on the login node (PATH={printable(path)})",
             hint="is it a login node of a Slurm cluster? Give one whose ssh commands find "
             "sbatch, scontrol, scancel, tar and sha256sum",
         )
     ddpimg = tuple(remote_ddpimg) if remote_ddpimg else ("ddpimg",)
     if remote_ddpimg is None and not facts.get("which-ddpimg"):
         raise DdpimgError(
-            f"{host}: ddpimg is not on the login node's PATH for ssh commands (PATH={shown(path)})",
+            f"{host}: ddpimg is not on the login node's PATH for ssh commands "
+            f"(PATH={printable(path)})",
             hint="install it there (pip install --user ddpimg, or in a virtual environment) and "
             "give its path with --remote-ddpimg ~/venv/bin/ddpimg, or put its directory on PATH "
             "in a file non-interactive shells read (~/.bashrc before its interactive check)",
@@ -102,10 +102,10 @@ def site_on_login_node(site: str, home: str) -> str:
 
 
 def _resolved_site(host: str, ddpimg: Sequence[str], site: str, answer: Completed) -> str:
-    named = "its own choice" if site == AUTO else f"--site {shown(site)}"
+    named = "its own choice" if site == AUTO else f"--site {printable(site)}"
     if answer.status == 127 or (answer.status != 0 and "not found" in answer.error_text):
         raise DdpimgError(
-            f"{host}: {shown(' '.join(ddpimg))} cannot be run on the login node "
+            f"{host}: {printable(' '.join(ddpimg))} cannot be run on the login node "
             f"({remote_said(answer)})",
             hint="give the path of ddpimg there with --remote-ddpimg",
         )
@@ -131,4 +131,4 @@ def _resolved_site(host: str, ddpimg: Sequence[str], site: str, answer: Complete
 def remote_said(answer: Completed, count: int = 3) -> str:
     """A failed remote program's last error lines, escaped, on one line."""
     lines = [line.strip() for line in answer.error_text.splitlines() if line.strip()][-count:]
-    return " / ".join(shown(line[:500]) for line in lines) or f"exit status {answer.status}"
+    return " / ".join(printable(line[:500]) for line in lines) or f"exit status {answer.status}"

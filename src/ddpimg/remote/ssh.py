@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote.programs import command_line
 from ddpimg.remote.transport import Completed, ConnectionLost, ProcessTransport
-from ddpimg.runs.table import shown
 
 SSH_COMMAND_VARIABLE = "DDPIMG_SSH_COMMAND"
 SSH_FAILED = 255
@@ -89,7 +88,7 @@ def check_host(host: str) -> str:
     option or more than one word."""
     if not host or host.startswith("-") or not host.isprintable() or any(c.isspace() for c in host):
         raise DdpimgError(
-            f"--host {shown(host)!r}: not a host name (empty, an option, or spaces in it)",
+            f"--host {printable(host)!r}: not a host name (empty, an option, or spaces in it)",
             hint="give the login node as you would to ssh: --host login.cluster.org, "
             "--host me@login, or a Host of ~/.ssh/config",
         )
@@ -99,7 +98,7 @@ def check_host(host: str) -> str:
 def connection_error(host: str, stderr: str) -> ConnectionLost:
     """What ssh's message (status 255) says went wrong."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    said = shown(lines[-1][:300]) if lines else "no message"
+    said = printable(lines[-1][:300]) if lines else "no message"
     lowered = stderr.lower()
     for needles, what, retryable, hint in _FIXED:
         if any(needle in lowered for needle in needles):

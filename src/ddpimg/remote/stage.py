@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from ddpimg.errors import printable
 from ddpimg.remote import programs
 from ddpimg.remote.transport import RemoteError, Transport, stderr_lines
 from ddpimg.remote.tree import Tree, TreeFile
-from ddpimg.runs.table import shown
 
 # A minute per 100 MB at a slow 15 Mbit/s uplink, and a floor for the unpacking.
 STAGE_TIMEOUT_FLOOR_S = 120.0
@@ -59,7 +59,7 @@ def stage_tree(transport: Transport, tree: Tree, root: str, job: str) -> Staged:
         timeout=timeout,
     )
     if done.status != 0:
-        said = "; ".join(shown(line) for line in stderr_lines(done)) or f"status {done.status}"
+        said = "; ".join(printable(line) for line in stderr_lines(done)) or f"status {done.status}"
         raise RemoteError(
             f"{transport.host}: staging the tree into {root}/{programs.JOBS}/{job} failed: {said}",
             hint="nothing of this submission was kept there; check the space (quota) under "

@@ -20,11 +20,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.fsio import write_text_atomic
 from ddpimg.runs.names import LATEST
 from ddpimg.runs.records import read_regular
-from ddpimg.runs.table import shown
 
 STATE_VARIABLE = "XDG_STATE_HOME"
 FILE_NAME = "remote-runs.json"
@@ -85,7 +84,7 @@ def _entry(path: Path, data: Any) -> RemoteRun:
         value = data.get(item.name)
         if item.name == "command":
             if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
-                raise _bad(path, f"entry {shown(str(data.get('name')))}: command is not a list")
+                raise _bad(path, f"entry {printable(str(data.get('name')))}: command is not a list")
             values["command"] = tuple(value)
         elif item.name == "steps":
             ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
@@ -98,9 +97,10 @@ def _entry(path: Path, data: Any) -> RemoteRun:
         elif item.name in ("state", "status") and value is None:
             values[item.name] = ""
         else:
-            raise _bad(path, f"entry {shown(str(data.get('name')))}: {item.name} is not a string")
+            entry = printable(str(data.get("name")))
+            raise _bad(path, f"entry {entry}: {item.name} is not a string")
     if not values["name"] or "/" in values["name"] or values["name"] == LATEST:
-        raise _bad(path, f"an entry's name {shown(values['name'])!r} is not a run name")
+        raise _bad(path, f"an entry's name {printable(values['name'])!r} is not a run name")
     return RemoteRun(**values)
 
 
@@ -179,6 +179,6 @@ def find(runs: Sequence[RemoteRun], text: str) -> RemoteRun:
             return run
     known = ", ".join(run.name for run in runs[-5:]) or "none yet"
     raise DdpimgError(
-        f"{shown(text)}: no run of that name was submitted from here (newest: {known})",
+        f"{printable(text)}: no run of that name was submitted from here (newest: {known})",
         hint="ddpimg runs lists them; give a run's name as ddpimg submit printed it, or latest",
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs
 from ddpimg.remote.login import LoginNode, parse_facts, remote_said
@@ -27,7 +27,6 @@ from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport
 from ddpimg.remote.tree import Tree, describe_size
 from ddpimg.runs.names import DEFAULT_ROOT, run_name, stem_of, time_tag
-from ddpimg.runs.table import shown
 
 DEFAULT_TRAINER = "mnist"
 TRAINER_NAMES = ("mnist", "toy", "resnet", "gpt")
@@ -79,7 +78,7 @@ def check_command(command: Sequence[str], tree: Tree) -> None:
     if staged.startswith("../") or not tree.has(staged):
         where = {"git": "what git tracks or would add", "--include": "the --include paths"}
         raise DdpimgError(
-            f"train --script {shown(script)}: {shown(staged)} is not in the tree to stage "
+            f"train --script {printable(script)}: {printable(staged)} is not in the tree to stage "
             f"({where.get(tree.source, 'nothing: not in a git work tree')}, from {tree.root})",
             hint="git add it (or take it out of .gitignore), or name it with --include; a file "
             "already on the cluster is given by its absolute path",
@@ -146,7 +145,7 @@ def submit(
     )  # fmt: skip
     for line in answer.error_text.splitlines():
         if line.startswith("ddpimg: warning: "):
-            say(f"{transport.host}: {shown(line[len('ddpimg: ') :][:500])}")
+            say(f"{transport.host}: {printable(line[len('ddpimg: ') :][:500])}")
     facts = parse_facts(answer.text)
     # The job id as it came, printable or not: the message shows it escaped.
     said_id = next((line[6:] for line in answer.text.splitlines() if line.startswith("jobid ")), "")
@@ -155,7 +154,7 @@ def submit(
     if answer.status == 0 and not (job_id and workdir.startswith("/")):
         raise DdpimgError(
             f"{transport.host}: the login node's answer is not a job id and a directory "
-            f"(job id '{shown(said_id[:100])}', directory '{shown(workdir[:200])}')",
+            f"(job id '{printable(said_id[:100])}', directory '{printable(workdir[:200])}')",
             hint="check its sbatch (sbatch --parsable must print the job id); nothing is "
             "recorded here",
         )

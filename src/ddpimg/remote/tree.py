@@ -19,8 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ddpimg.errors import DdpimgError
-from ddpimg.runs.table import shown
+from ddpimg.errors import DdpimgError, printable
 
 DEFAULT_MAX_MB = 100
 DEFAULT_MAX_FILES = 20_000
@@ -130,7 +129,8 @@ def _git_files(top: Path) -> list[str]:
         ) from err
     if proc.returncode != 0:
         raise DdpimgError(
-            f"git ls-files in {top} failed: {shown(proc.stderr.decode(errors='replace').strip())}",
+            f"git ls-files in {top} failed: "
+            f"{printable(proc.stderr.decode(errors='replace').strip())}",
             hint="stage what the job needs with --include PATH",
         )
     names = [os.fsdecode(name) for name in proc.stdout.split(b"\0") if name]
@@ -149,12 +149,12 @@ def _included(cwd: Path, includes: Sequence[str]) -> Iterable[str]:
         path = Path(os.path.normpath(cwd / given))
         if path != cwd and cwd not in path.parents:
             raise DdpimgError(
-                f"--include {shown(given)}: not under the directory submit runs in ({cwd})",
+                f"--include {printable(given)}: not under the directory submit runs in ({cwd})",
                 hint="run ddpimg submit from the directory that holds what the job needs",
             )
         if not os.path.lexists(path):
             raise DdpimgError(
-                f"--include {shown(given)}: no such file or directory", hint="check the path"
+                f"--include {printable(given)}: no such file or directory", hint="check the path"
             )
         found = _walk(path) if path.is_dir() and not path.is_symlink() else [path]
         for item in found:
@@ -186,7 +186,7 @@ def _hashed(root: Path, subdir: str, paths: Sequence[str], limits: Limits, sourc
     if total > limits.max_bytes:
         largest = sorted(sized, key=lambda pair: -pair[1].st_size)[:3]
         named = ", ".join(
-            f"{shown(path)} ({describe_size(info.st_size)})" for path, info in largest
+            f"{printable(path)} ({describe_size(info.st_size)})" for path, info in largest
         )
         raise DdpimgError(
             f"the tree to stage ({root}, {source}) is {describe_size(total)} in "
@@ -206,20 +206,21 @@ def _regular(root: Path, path: str) -> os.stat_result:
     """The status of the file staged for ``path``: itself, or the file in the tree its link
     points to; an error for anything else."""
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
-        raise DdpimgError(f"{shown(path)}: not a path inside the tree", hint="check the tree")
+        raise DdpimgError(f"{printable(path)}: not a path inside the tree", hint="check the tree")
     full = root / path
     info = full.lstat()
     if stat.S_ISLNK(info.st_mode):
         target = full.resolve()
         if root not in target.parents:
             raise DdpimgError(
-                f"{shown(path)} is a symbolic link out of the tree (to {shown(str(target))})",
+                f"{printable(path)} is a symbolic link out of the tree "
+                f"(to {printable(str(target))})",
                 hint="stage the file itself, or leave the link out (.gitignore, --include)",
             )
         info = target.stat()
     if not stat.S_ISREG(info.st_mode):
         raise DdpimgError(
-            f"{shown(path)} is not a regular file",
+            f"{printable(path)} is not a regular file",
             hint="leave it out of the tree (.gitignore, or --include only what the job needs)",
         )
     return info

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
 
-from ddpimg.errors import DdpimgError
-from ddpimg.runs.table import shown
+from ddpimg.errors import DdpimgError, printable
 
 _CHUNK = 1 << 20
 MAX_DEPTH = 32
@@ -76,17 +75,17 @@ def unpack(
                 if name is not None and member.isdir():
                     continue  # folders are made as the files in them need them
                 if name is None or not member.isreg() or not accept(name):
-                    done.skipped.append(shown(member.name)[:200])
+                    done.skipped.append(printable(member.name)[:200])
                     continue
                 if done.size + member.size > max_bytes:
                     raise _refused(
                         target,
-                        f"{shown(name)} would pass the limit of {max_bytes} bytes",
+                        f"{printable(name)} would pass the limit of {max_bytes} bytes",
                         hint="raise --max-size if the run really is that large",
                     )
                 source = tar.extractfile(member)
                 if source is None:
-                    done.skipped.append(shown(member.name)[:200])
+                    done.skipped.append(printable(member.name)[:200])
                     continue
                 _write(root, target, name, source, member.size)
                 done.size += member.size
@@ -165,7 +164,7 @@ def _write(root: int, target: Path, name: str, source: IO[bytes], size: int) -> 
                     if err.errno in (errno.ELOOP, errno.ENOTDIR)
                     else err.strerror
                 )
-                raise _refused(target, f"{shown(name)}: {shown(folder)} is {why}") from err
+                raise _refused(target, f"{printable(name)}: {printable(folder)} is {why}") from err
         here = descriptors[-1]
         temporary = f".{base}.fetch.{os.getpid()}.tmp"
         descriptor = os.open(
@@ -178,7 +177,7 @@ def _write(root: int, target: Path, name: str, source: IO[bytes], size: int) -> 
                 while left > 0:
                     chunk = source.read(min(_CHUNK, left))
                     if not chunk:
-                        raise _refused(target, f"{shown(name)}: the stream ended inside it")
+                        raise _refused(target, f"{printable(name)}: the stream ended inside it")
                     out.write(chunk)
                     left -= len(chunk)
             # A directory of that name (from an earlier fetch, or planted) is not replaced.
@@ -188,7 +187,7 @@ def _write(root: int, target: Path, name: str, source: IO[bytes], size: int) -> 
                 os.unlink(temporary, dir_fd=here)
             raise
     except OSError as err:
-        raise _refused(target, f"{shown(name)}: {err.strerror}") from err
+        raise _refused(target, f"{printable(name)}: {err.strerror}") from err
     finally:
         for descriptor in descriptors[1:]:
             os.close(descriptor)

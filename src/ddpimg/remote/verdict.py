@@ -13,14 +13,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpimg.runs.table import shown
+from ddpimg.errors import printable
 
 MAX_TEXT = 300
 
 
 def text(value: object, limit: int = MAX_TEXT) -> str:
     """A value of the run's as one escaped line of at most ``limit`` characters."""
-    said = shown(str(value))
+    said = printable(str(value))
     return said if len(said) <= limit else said[: limit - 3] + "..."
 
 

@@ -10,7 +10,6 @@ directory. Only directories (not links to them) directly under the runs root are
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -18,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.errors import DdpimgError
+from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, METRICS
+from ddpimg.untrusted import parse_json
 
-# A manifest is a few kB (versions, topology, arguments); a run's own notes cannot make
-# it megabytes.
-MAX_MANIFEST_BYTES = 4 << 20
 # The end of metrics.jsonl that is read for the last step: hundreds of lines.
 METRICS_TAIL_BYTES = 64 << 10
 COMPLETED = "completed"
@@ -80,11 +78,11 @@ def read_regular(path: Path, limit: int, tail: bool = False) -> bytes:
 def read_run(path: Path) -> RunRecord:
     """``path`` read as a run directory (see the module docstring)."""
     try:
-        manifest: Any = json.loads(read_regular(path / MANIFEST, MAX_MANIFEST_BYTES))
+        manifest: Any = parse_json(read_regular(path / MANIFEST, MANIFEST_LIMIT))
     except FileNotFoundError:
         return RunRecord(path, None, f"no {MANIFEST}", *_progress(path, None))
     except (OSError, ValueError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "not JSON"
+        reason = err.strerror if isinstance(err, OSError) else str(err)
         return RunRecord(path, None, f"{MANIFEST}: {reason}", *_progress(path, None))
     if not isinstance(manifest, dict):
         return RunRecord(path, None, f"{MANIFEST}: not a JSON object")
@@ -103,8 +101,8 @@ def _progress(path: Path, manifest: Mapping[str, Any] | None) -> tuple[int | Non
         lines = lines[1:]  # the first line may be cut
     for line in reversed(lines):
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = parse_json(line)
+        except ValueError:  # untrusted.BadInput included: too deep, a number too long
             continue
         if not isinstance(record, dict):
             continue
@@ -132,6 +130,11 @@ def list_runs(root: Path) -> list[RunRecord]:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as err:
+        raise DdpimgError(
+            f"cannot list the runs in {root} ({err.strerror})",
+            hint="give the runs directory read permission, or give --out DIR",
+        ) from err
     found = []
     for entry in sorted(entries, key=lambda item: item.name):
         if not entry.is_dir(follow_symlinks=False):

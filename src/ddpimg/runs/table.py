@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ddpimg.errors import printable
 from ddpimg.runs.records import RunRecord
 
 HEADERS = ("run", "status", "steps", "loss", "started", "directory")
@@ -54,21 +55,16 @@ def local_rows(records: Sequence[RunRecord], latest: str | None) -> list[RunRow]
     return sorted(rows, key=lambda row: (row.started is None, row.started or "", row.name))
 
 
-def shown(text: str) -> str:
-    """``text`` as it may reach a terminal: itself when printable, else escaped."""
-    return text if text.isprintable() else ascii(text)[1:-1]
-
-
 def render(rows: Sequence[RunRow]) -> str:
     """The rows as aligned columns under HEADERS; the latest run marked with ``*``."""
     cells = [
         (
-            ("* " if row.latest else "  ") + shown(row.name),
-            shown(row.status),
+            ("* " if row.latest else "  ") + printable(row.name),
+            printable(row.status),
             "" if row.steps is None else str(row.steps),
             "" if row.loss is None else f"{row.loss:.4g}",
-            row.started or "",
-            shown(row.directory),
+            printable(row.started or ""),
+            printable(row.directory),
         )
         for row in rows
     ]

@@ -62,7 +62,9 @@ def run_training(
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     batch = BatchLayout.of(config, ctx.world_size)  # fails before anything is written
     if runs is not None:
-        config = own_run_directory(config, ctx, runs, os.environ, sys.stderr)
+        config = own_run_directory(
+            config, batch.global_size, ctx, runs, env=os.environ, stream=sys.stderr
+        )
         # Not known at init_process_group; torch reads it when NCCL's recorder first dumps.
         enable_flight_recorder(ctx.backend, str(config.out / TRACE_DIR))
     if config.memory_snapshot and ctx.device.type != "cuda":
@@ -79,7 +81,9 @@ def run_training(
         with _watching(watch):
             resume = resolve_resume(config, ctx, batch, sys.stderr, task.batchnorm_samples())
             if ctx.is_main:
-                recorder = RunRecorder.start(config, ctx, os.environ, sys.stderr, resume)
+                recorder = RunRecorder.start(
+                    config, batch, ctx, os.environ, stream=sys.stderr, resume=resume
+                )
                 if watch is not None:
                     watch.on_fatal = functools.partial(_record_failure, recorder)
             startup.mark("setup")

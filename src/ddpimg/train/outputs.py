@@ -32,6 +32,7 @@ from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
     from ddpimg.trackers import Trackers
+    from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
 
@@ -184,8 +185,10 @@ class RunRecorder:
     def start(
         cls,
         config: TrainConfig,
+        batch: BatchLayout,
         ctx: DistContext,
         env: Mapping[str, str],
+        *,
         stream: TextIO,
         resume: Resume | None = None,
     ) -> RunRecorder:
@@ -198,6 +201,9 @@ class RunRecorder:
             "ended_utc": None,
             "seed": config.seed,
             "arguments": arguments_json(config),
+            # What the batch options made of this world size: a run continued in this
+            # directory must keep it (checkpoint.resume.same_trajectory).
+            "global_batch": batch.global_size,
             "distributed": {
                 "world_size": ctx.world_size,
                 "num_nodes": ctx.num_nodes,

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from ddpimg.train.config import TrainConfig
 
 
-def same_training(config: TrainConfig) -> Callable[[Mapping[str, Any]], bool]:
-    """Whether an earlier run's manifest is a run of ``config``'s trainer and trajectory."""
+def same_training(config: TrainConfig, global_batch: int) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether an earlier run's manifest is a run of ``config``'s trainer and trajectory,
+    ``global_batch`` samples a step."""
 
     def same(manifest: Mapping[str, Any]) -> bool:
         arguments = manifest.get("arguments")
@@ -30,23 +31,30 @@ def same_training(config: TrainConfig) -> Callable[[Mapping[str, Any]], bool]:
             "script" not in manifest
             and isinstance(arguments, Mapping)
             and arguments.get("trainer") == config.trainer
-            and same_trajectory(arguments, config)
+            and same_trajectory(manifest, config, global_batch)
         )
 
     return same
 
 
 def own_run_directory(
-    config: TrainConfig, ctx: DistContext, root: Path, env: Mapping[str, str], stream: TextIO
+    config: TrainConfig,
+    global_batch: int,
+    ctx: DistContext,
+    root: Path,
+    *,
+    env: Mapping[str, str],
+    stream: TextIO,
 ) -> TrainConfig:
-    """``config`` with ``out`` the run's own directory under ``root``, chosen by rank 0
-    (its line on ``stream``). Collective; a DdpimgError on rank 0 is every rank's."""
+    """``config`` (``global_batch`` samples a step) with ``out`` the run's own directory under
+    ``root``, chosen by rank 0 (its line on ``stream``). Collective; a DdpimgError on rank 0
+    is every rank's."""
 
     def choose() -> str:
+        same = same_training(config, global_batch)
         chosen = choose_run_dir(
-            root, config.trainer, same_training(config), resume=config.resume, env=env,
-            stream=stream,
-        )  # fmt: skip
+            root, config.trainer, same, resume=config.resume, env=env, stream=stream
+        )
         return str(chosen)
 
     return replace(config, out=Path(decided_on_main(ctx, choose)))

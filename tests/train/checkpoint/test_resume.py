@@ -169,10 +169,16 @@ def test_none_removes_the_checkpoints_of_an_earlier_run(
 
 
 def write_manifest(config: TrainConfig, status: str, **changed: object) -> Path:
+    """An earlier run of ``config`` with ``changed`` options, on one process as the tests'."""
     config.out.mkdir(parents=True, exist_ok=True)
-    arguments = arguments_json(replace(config, **changed) if changed else config)
+    earlier = replace(config, **changed) if changed else config
+    manifest = {
+        "status": status,
+        "arguments": arguments_json(earlier),
+        "global_batch": BatchLayout.of(earlier, 1).global_size,
+    }
     path = config.out / "manifest.json"
-    path.write_text(json.dumps({"status": status, "arguments": arguments}))
+    path.write_text(json.dumps(manifest))
     (config.out / "metrics.jsonl").write_text('{"kind": "train"}\n')
     return path
 
@@ -183,6 +189,8 @@ def write_manifest(config: TrainConfig, status: str, **changed: object) -> Path:
         ("completed", {}, "a completed run"),
         ("failed", {"lr": 0.5}, "a failed run of other options"),
         ("running", {"trainer": "toy"}, "a running run of other options"),
+        # The batch options are free to change on resume, the global batch they make is not.
+        ("failed", {"batch_size": 16}, "a failed run of other options"),
     ],
 )
 def test_an_earlier_run_without_checkpoints_is_not_replaced(

@@ -111,7 +111,7 @@ def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: Text
                 break
             warn(f"skipping checkpoint {path}: {reason}", stream)
         if chosen is None:
-            check_earlier_run(config, stream)
+            check_earlier_run(config, current["global_batch"], stream)
             return None
     else:
         chosen = Path(config.resume)
@@ -129,11 +129,11 @@ def choose_checkpoint(config: TrainConfig, current: dict[str, Any], stream: Text
     return chosen
 
 
-def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
+def check_earlier_run(config: TrainConfig, global_batch: int, stream: TextIO) -> None:
     """``--out`` has no checkpoint to continue from: if it holds an earlier run's
     manifest.json, this run would replace it and its metrics.jsonl. That is what a job
-    requeued before its first checkpoint needs (the same options, not completed: a warning
-    on ``stream``); any other earlier run is kept, with a DdpimgError."""
+    requeued before its first checkpoint needs (the same options and ``global_batch``, not
+    completed: a warning on ``stream``); any other earlier run is kept, with a DdpimgError."""
     manifest = config.out / MANIFEST
     try:
         earlier: Any = read_json(manifest, MANIFEST_LIMIT)
@@ -142,8 +142,8 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     except (OSError, ValueError):
         earlier = None
     status = earlier.get("status") if isinstance(earlier, dict) else None
-    arguments = earlier.get("arguments") if isinstance(earlier, dict) else None
-    if isinstance(arguments, dict) and status != "completed" and same_trajectory(arguments, config):
+    same = isinstance(earlier, dict) and same_trajectory(earlier, config, global_batch)
+    if same and status != "completed":
         print(
             f"ddpimg: warning: {manifest}: an earlier run of these options ended ({status}) "
             "before its first checkpoint; starting it over",
@@ -164,11 +164,17 @@ def check_earlier_run(config: TrainConfig, stream: TextIO) -> None:
     )
 
 
-def same_trajectory(arguments: Mapping[str, Any], config: TrainConfig) -> bool:
-    """Whether manifest.json's ``arguments`` of an earlier run are ``config``'s but for the
-    options free to change on resume (``state.FREE_TO_CHANGE``): this run may go on with
-    that run's trajectory."""
-    return _trajectory(arguments) == _trajectory(arguments_json(config))
+def same_trajectory(manifest: Mapping[str, Any], config: TrainConfig, global_batch: int) -> bool:
+    """Whether an earlier run's manifest.json is of ``config``'s options but for those free
+    to change on resume (``state.FREE_TO_CHANGE``), and of ``global_batch`` (its
+    ``global_batch``: the batch options are free to change, the global batch they make is
+    not): this run may go on with that run's trajectory."""
+    arguments = manifest.get("arguments")
+    return (
+        isinstance(arguments, Mapping)
+        and manifest.get("global_batch") == global_batch
+        and _trajectory(arguments) == _trajectory(arguments_json(config))
+    )
 
 
 def _trajectory(arguments: Mapping[str, Any]) -> dict[str, Any]:
