@@ -124,8 +124,9 @@ def test_every_strategy_and_accumulation_follow_a_range() -> None:
         assert check_node_range(spec_for("della", nodes=4, min_nodes=2, command=command)) == []
 
 
-def test_synchronised_batchnorm_over_micro_batches_is_a_warning() -> None:
-    command = ("train", "resnet", "--global-batch-size", "384", "--micro-batch-size", "16")
+@pytest.mark.parametrize("program", [("train",), ("ddpimg", "train"), ("/opt/venv/bin/train",)])
+def test_synchronised_batchnorm_over_micro_batches_is_a_warning(program: tuple[str, ...]) -> None:
+    command = (*program, "resnet", "--global-batch-size", "384", "--micro-batch-size", "16")
     found = check_node_range(spec_for("della", nodes=4, min_nodes=2, command=command))
     assert [f.level for f in found] == [WARNING]
     assert found[0].message.startswith(

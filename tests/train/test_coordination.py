@@ -23,10 +23,25 @@ def _decide(rank: int, out: Path) -> None:
         decided_on_main(ctx, refuse)
     except DataError as err:
         found["error"] = str(err)
+
+    def crash() -> str:
+        raise PermissionError(13, "Permission denied", f"runs-{rank}")
+
+    try:
+        decided_on_main(ctx, crash)
+    except (PermissionError, RuntimeError) as err:
+        found["crash"] = f"{type(err).__name__}: {err}"
     (out / f"rank-{rank}.json").write_text(json.dumps(found))
 
 
 def test_rank_0s_value_and_error_reach_every_rank(tmp_path: Path) -> None:
+    """A DdpimgError is every rank's; any other error is raised as itself on rank 0 and
+    named on the others, which then end instead of waiting for a decision."""
     run_ranks(_decide, 2, tmp_path)
     found = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
-    assert found == [{"value": "decided by 0", "error": "refused by rank 0\n  hint: a hint"}] * 2
+    decided = {"value": "decided by 0", "error": "refused by rank 0\n  hint: a hint"}
+    crash = "PermissionError: [Errno 13] Permission denied: 'runs-0'"
+    assert found == [
+        decided | {"crash": crash},
+        decided | {"crash": f"RuntimeError: rank 0 failed while deciding for every rank: {crash}"},
+    ]

@@ -14,6 +14,7 @@ which changes with the nodes: a warning says so.
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from ddpimg.errors import JobError
@@ -101,6 +102,8 @@ def check_node_range(spec: JobSpec) -> list[Finding]:
 
 
 def _synchronised_batchnorm(command: TrainCommand) -> bool:
-    """Whether the command trains resnet with BatchNorm over the ranks (its default)."""
-    positional = [word for word in command.head[1:2] if not word.startswith("-")]
+    """Whether the command (``train resnet ...`` or ``ddpimg train resnet ...``) trains resnet
+    with BatchNorm over the ranks (its default)."""
+    first = 2 if command.words and os.path.basename(command.words[0]) == "ddpimg" else 1
+    positional = [word for word in command.head[first : first + 1] if not word.startswith("-")]
     return positional == ["resnet"] and "--no-sync-batchnorm" not in command.head

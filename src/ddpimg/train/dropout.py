@@ -27,8 +27,9 @@ from ddpimg.train.seeding import derive_seed
 
 @dataclass(frozen=True)
 class BatchPosition:
-    """Where the current forward pass sits: optimizer step (from 1), this rank's first row
-    in the global batch, and the global batch size."""
+    """Where the current forward pass sits: optimizer step (from 1), the pass's first row
+    in the global batch (this rank's share, or the micro-batch's within it), and the global
+    batch size."""
 
     step: int
     offset: int
@@ -61,7 +62,7 @@ class GlobalBatchDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
-        keep = rank_draws(self.context, self.layer, x, x.shape[1:]) >= self.p
+        keep = row_draws(self.context, self.layer, x, x.shape[1:]) >= self.p
         return x * keep.to(x.dtype) / (1 - self.p)
 
 
@@ -89,7 +90,7 @@ class GlobalStochasticDepth(nn.Module):
             return x
         ones = (1,) * (x.dim() - 1)
         if self.mode == "row":
-            draws = rank_draws(self.context, self.layer, x, ones)
+            draws = row_draws(self.context, self.layer, x, ones)
         else:
             draws = _generated(self.context, self.layer, x.device, (1, *ones))
         keep = (draws >= self.p).to(x.dtype)
@@ -97,7 +98,7 @@ class GlobalStochasticDepth(nn.Module):
         return x * (keep / survival if survival > 0 else keep)
 
 
-def rank_draws(
+def row_draws(
     context: DropoutContext, layer: int, x: torch.Tensor, tail: tuple[int, ...] | torch.Size
 ) -> torch.Tensor:
     """Uniform draws of shape (rows of ``x``, *tail) for ``layer`` at the current step: row i

@@ -7,8 +7,9 @@ epoch, step) alone), in one forward pass or in micro-batches (``--micro-batch-si
 each, forward (with GlobalBatchDropout told where the micro-batch sits in the global batch)
 and backward of its share of the mean loss (its per-sample losses summed over the rank's
 samples of the step), the gradients accumulated and averaged over the ranks with the last
-one's backward; then the optimizer step through the strategy. So the gradient is that of
-the mean over the global batch however it is split over ranks and micro-batches. The loss
+one's backward (ZeRO-2/3 reduce each one's into their partitions as it comes); then the
+optimizer step through the strategy. So the gradient is that of the mean over the global
+batch however it is split over ranks and micro-batches. The loss
 that is reported is that mean: the ranks' sums of per-sample losses, all-reduced, over the
 global batch size. That reduction, and with it the only host synchronisation of the step,
 happens at log points only.

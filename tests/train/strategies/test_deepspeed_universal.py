@@ -211,6 +211,19 @@ def test_a_file_that_asks_for_code_is_refused_before_it_is_built(tmp_path: Path)
         du.convert(tag)
 
 
+def test_an_entry_of_another_type_deep_inside_is_named(tmp_path: Path) -> None:
+    """What the structure checks do not look at is still the checkpoint's error, not a
+    traceback from inside the conversion."""
+    tag = checkpoint(tmp_path, 2)
+    partition = zero2_partition(0)
+    partition["optimizer_state_dict"]["base_optimizer_state"]["param_groups"][0]["params"] = [[0]]
+    torch.save(partition, tag / du.OPTIM_STATES.format(rank=0))
+    with pytest.raises(
+        DdpimgError, match=r"deepspeed: it is not as DeepSpeed writes it \(TypeError"
+    ):
+        du.make_universal(tag.parent, tag.name)
+
+
 def test_a_state_key_that_cannot_name_a_file_is_refused(tmp_path: Path) -> None:
     tag = checkpoint(tmp_path, 2)
     for rank in range(2):
@@ -246,6 +259,17 @@ def edit_manifest(directory: Path, **changes: Any) -> None:
         ),
         ({"shapes": {"w": [2, 3]}}, r"fp32.safetensors lacks \[\] or holds \['b'\]"),
         ({"groups": [{"hyper": {}}]}, r"universal.json has an invalid 'groups'"),
+        # Set by name on the engine and its loss scaler: only the names ddpimg writes.
+        (
+            {"counters": {"global_steps": 1, "global_samples": 2, "skipped_steps": 0, "x": 1}},
+            r"universal.json has an invalid 'counters'",
+        ),
+        ({"loss_scale": {"__class__": 1}}, r"universal.json has an invalid 'loss_scale'"),
+        ({"loss_scale": {"cur_scale": "big"}}, r"universal.json has an invalid 'loss_scale'"),
+        (
+            {"groups": [{"hyper": {"lr": "fast"}, "plain": {}, "scalars": []}]},
+            r"universal.json has an invalid 'groups'",
+        ),
     ],
 )
 def test_a_universal_form_that_does_not_fit_is_named(

@@ -82,9 +82,10 @@ class Strategy(Protocol):
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: before the step's ``last``
         micro-batch (or its only one) the backward adds the gradients to those of the
-        earlier ones with nothing crossing the ranks (DDP's ``no_sync``, FSDP2's
-        ``set_requires_gradient_sync``, DeepSpeed's accumulation boundary); the last one's
-        averages the sums over the ranks."""
+        earlier ones, with nothing crossing the ranks where the strategy allows it (DDP's
+        ``no_sync``, FSDP2's ``set_requires_gradient_sync``, DeepSpeed ZeRO-0/1's accumulation
+        boundary; ZeRO-2/3 reduce into their partitions every pass); after the last one the
+        ranks hold the mean over the global batch."""
         ...
 
     def backward(self, loss: torch.Tensor) -> None:

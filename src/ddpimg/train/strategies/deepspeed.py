@@ -235,13 +235,11 @@ class DeepSpeedStrategy:
     def _load_universal(self, directory: Path, world_size: int) -> None:
         """Rank 0 converts the checkpoint (once: kept beside it) and tells every rank how
         that went; then every rank loads its own partition of it."""
-        import torch.distributed as dist
-
+        from ddpimg.train.coordination import prepare_on_main
         from ddpimg.train.strategies import deepspeed_universal
         from ddpimg.train.strategies.deepspeed_load import load_universal
 
-        outcome: list[object] = [None]
-        if self.ctx.is_main:
+        def convert() -> None:
             print(
                 f"ddpimg: resuming DeepSpeed ZeRO-{self.zero_stage} on {self.ctx.world_size} "
                 f"ranks from a checkpoint of {world_size}: through its universal form in "
@@ -249,14 +247,9 @@ class DeepSpeedStrategy:
                 file=sys.stderr,
                 flush=True,
             )
-            try:
-                deepspeed_universal.make_universal(directory, CHECKPOINT_TAG)
-            except DdpimgError as err:
-                outcome = [(err.message, err.hint)]
-        dist.broadcast_object_list(outcome, src=0)
-        failure = outcome[0]
-        if isinstance(failure, tuple):
-            raise DdpimgError(str(failure[0]), hint=str(failure[1]))
+            deepspeed_universal.make_universal(directory, CHECKPOINT_TAG)
+
+        prepare_on_main(self.ctx, convert)
         universal = deepspeed_universal.read(directory / deepspeed_universal.UNIVERSAL)
         load_universal(self.engine, universal, directory, self.ctx.rank)
 

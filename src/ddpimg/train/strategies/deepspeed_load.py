@@ -38,7 +38,7 @@ def load_universal(engine: Any, universal: Universal, checkpoint: Path, rank: in
     module = engine.module
     params = list(module.named_parameters())
     _check_parameters(checkpoint, params, universal, stage)
-    _load_module(module, params, universal, stage, rank)
+    _load_module(module, params, universal, checkpoint, stage=stage, rank=rank)
     base = engine.optimizer.optimizer
     if len(base.param_groups) != len(universal.groups):
         raise bad(
@@ -118,6 +118,8 @@ def _load_module(
     module: torch.nn.Module,
     params: Sequence[tuple[str, torch.nn.Parameter]],
     universal: Universal,
+    checkpoint: Path,
+    *,
     stage: int,
     rank: int,
 ) -> None:
@@ -138,11 +140,17 @@ def _load_module(
         persistent = {name for name in module.state_dict() if name in buffers}
         if persistent != set(universal.buffers):
             raise bad(
-                Path("universal"),
+                checkpoint,
                 f"its buffers {sorted(universal.buffers)[:3]} are not this model's "
                 f"{sorted(persistent)[:3]}",
             )
         for name, value in universal.buffers.items():
+            if value.shape != buffers[name].shape:
+                raise bad(
+                    checkpoint,
+                    f"its buffer {name} has shape {list(value.shape)}, this model's "
+                    f"{list(buffers[name].shape)}",
+                )
             buffers[name].copy_(value)
 
 

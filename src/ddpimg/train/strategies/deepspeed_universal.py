@@ -70,6 +70,8 @@ MAX_WORLD_SIZE = 1 << 16
 MAX_MANIFEST_BYTES = 64 << 20
 # The engine's own step counters, which its native load restores too.
 COUNTERS = ("global_steps", "global_samples", "skipped_steps")
+# The dynamic loss scaler's state (fp16) that is kept: plain numbers, set again by name.
+LOSS_SCALE = ("cur_scale", "cur_iter", "last_overflow_iter", "cur_hysteresis")
 _STATE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # The per-group values of a torch optimizer that are plain JSON (lr, betas, eps, ...).
 _PLAIN = (bool, int, float, str, type(None))
@@ -467,8 +469,8 @@ def _loss_scale(partition: Mapping[str, Any]) -> dict[str, Any]:
     scaler = partition.get("loss_scaler")
     if not partition.get("dynamic_loss_scale") or scaler is None:
         return {}
-    names = ("cur_scale", "cur_iter", "last_overflow_iter", "cur_hysteresis")
-    return {name: getattr(scaler, name) for name in names if hasattr(scaler, name)}
+    values = {name: getattr(scaler, name) for name in LOSS_SCALE if hasattr(scaler, name)}
+    return {name: value for name, value in values.items() if _is_number(value)}
 
 
 # ---- On disk --------------------------------------------------------------------------------
@@ -526,6 +528,9 @@ def read(directory: Path) -> Universal:
     }
     names = {f"{i}/{key}" for i, group in enumerate(manifest["groups"]) for key in group["scalars"]}
     scalars = _tensors(directory / SCALARS, names)
+    not_scalar = sorted(name for name, value in scalars.items() if value.numel() != 1)
+    if not_scalar:
+        raise bad(directory, f"{SCALARS}: {not_scalar[:3]} are not single values")
     groups = [
         GroupState(
             group["hyper"],
@@ -617,8 +622,13 @@ def _manifest(directory: Path) -> dict[str, Any]:
         "state_keys": lambda v: _is_list_of_str(v) and all(map(_STATE_KEY.fullmatch, v)),
         "groups": lambda v: isinstance(v, list) and all(map(_is_group, v)),
         "buffers": _is_list_of_str,
-        "counters": lambda v: isinstance(v, dict) and all(map(_is_count, v.values())),
-        "loss_scale": lambda v: isinstance(v, dict),
+        # Set on the engine and its loss scaler by name: only the names ddpimg writes.
+        "counters": lambda v: (
+            isinstance(v, dict) and set(v) == set(COUNTERS) and all(map(_is_count, v.values()))
+        ),
+        "loss_scale": lambda v: (
+            isinstance(v, dict) and set(v) <= set(LOSS_SCALE) and all(map(_is_number, v.values()))
+        ),
     }
     for key, valid in checks.items():
         if not valid(manifest.get(key)):
@@ -638,10 +648,23 @@ def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _is_hyper(value: Any) -> bool:
+    """A hyper-parameter as torch's optimizers hold them: a number, a flag, None, or a list
+    of numbers (``betas``)."""
+    if value is None or type(value) is bool or _is_number(value):
+        return True
+    return isinstance(value, list) and len(value) <= 8 and all(map(_is_number, value))
+
+
 def _is_group(value: Any) -> bool:
     return (
         isinstance(value, dict)
         and isinstance(value.get("hyper"), dict)
+        and all(map(_is_hyper, value["hyper"].values()))
         and isinstance(value.get("plain"), dict)
         and _is_list_of_str(value.get("scalars"))
     )
@@ -671,3 +694,8 @@ def make_universal(engine_checkpoint: Path, tag: str) -> None:
             hint="resume from a copy of the checkpoint in a writable place (--resume PATH), "
             "or on the world size that wrote it",
         ) from err
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
+        # The structure checks name what they know; anything else in files that passed them
+        # (an entry of the wrong type deep inside) is still the checkpoint's, not ddpimg's.
+        what = f"{type(err).__name__}: {err}"[:200]
+        raise bad(engine_checkpoint, f"it is not as DeepSpeed writes it ({what})") from err

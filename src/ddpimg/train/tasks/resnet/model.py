@@ -7,7 +7,8 @@ layers normalise with the statistics of each rank's slice: 1 and N processes the
 from the first step. So the model is rebuilt with:
 
 - every ``nn.Dropout`` replaced by ``GlobalBatchDropout`` and every ``StochasticDepth`` by
-  ``GlobalStochasticDepth`` (per-sample draws from (seed, step, layer));
+  ``GlobalStochasticDepth`` (each sample's draw from (seed, step, layer, its row in the
+  global batch));
 - with ``--sync-batchnorm`` (the default), every BatchNorm by one over the global batch:
   torch's ``SyncBatchNorm`` on GPUs with several ranks (NCCL kernels; with one rank it would
   fall back to BatchNorm anyway), ``GlobalBatchNorm`` on the CPU with any number of ranks
