@@ -141,3 +141,12 @@ def test_requests_that_cannot_be_packed_exit_2_before_writing(
     assert re.search("^ddpimg: error: " + message, capsys.readouterr().err)
     assert sorted(tree.rglob("*")) == before
     assert not (tree / "../elsewhere").exists()
+
+
+def test_an_image_that_cannot_be_read_while_sizing_shards_is_a_data_error(tmp_path: Path) -> None:
+    """With --max-side and no --shard-samples, pack re-encodes a sample of the images to size
+    its shards: a FIFO there is named like one met while packing (exit 2), not a crash."""
+    tree = make_image_tree(tmp_path / "tree", classes=1, train_per_class=1, val_per_class=1)
+    os.mkfifo(tmp_path / "tree" / "train" / tree.classes[0] / "zz.jpg")
+    with pytest.raises(DataError, match=r"zz\.jpg cannot be read: it is a FIFO \(named pipe\)"):
+        pack(tmp_path / "tree", tmp_path / "shards", PackOptions(max_side=64), io.StringIO())

@@ -81,6 +81,23 @@ def test_a_link_out_of_the_run_uploads_nothing(tmp_path: Path, secret: Path) -> 
     assert not destination.exists() or uploaded(destination) == []
 
 
+def test_a_link_in_a_later_run_uploads_nothing_of_an_earlier_one(
+    tmp_path: Path, secret: Path
+) -> None:
+    """Every run given is checked before any is uploaded: the hint's "nothing was uploaded"
+    holds for several runs too."""
+    clean, linked = tmp_path / "clean", tmp_path / "linked"
+    offline_run(clean)
+    offline_run(linked)
+    (linked / "wandb").mkdir()
+    (linked / "wandb" / "offline-run-20260101_000000-abc").symlink_to(secret)
+    destination = tmp_path / "server"
+    env = {"MLFLOW_TRACKING_URI": destination.as_uri()}
+    with pytest.raises(DdpimgError, match=r"W&B: .*offline-run-20260101_000000-abc is a link"):
+        sync_runs([clean, linked], env, io.StringIO())
+    assert not destination.exists() or uploaded(destination) == []
+
+
 def test_a_tracker_folder_linked_out_of_the_run_is_refused(tmp_path: Path, secret: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

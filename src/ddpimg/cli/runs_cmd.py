@@ -39,11 +39,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     except OSError:
         latest = None
     remote = load(state_path(os.environ))
-    fetched = {Path(run.local_dir) for run in remote}
+    # A fetched run is listed once, as the cluster's: its local copy is the same run,
+    # however the path to it is spelled (relative, through a link).
+    fetched = {os.path.realpath(run.local_dir) for run in remote}
     rows = [
         row
         for row in local_rows(list_runs(root), latest)
-        if Path(row.directory).absolute() not in fetched
+        if os.path.realpath(row.directory) not in fetched
     ] + [_remote_row(run) for run in remote]
     if args.json:
         for row in rows:

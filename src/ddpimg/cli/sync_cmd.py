@@ -69,18 +69,11 @@ def _tensorboard(run: Path, stream: TextIO) -> None:
 
 
 def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
-    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload, uploaded_files
+    from ddpimg.trackers.wandb_sync import is_synced, offline_runs, upload
 
     directories = offline_runs(run)
     if not directories:
         return True
-    for directory in directories:  # every file inside the run, before any upload
-        _check_inside(directory, run, "W&B")
-        try:
-            uploaded_files(directory)
-        except (OSError, ValueError) as err:
-            where = printable(str(directory))
-            raise DdpimgError(f"W&B: {where}: {err}", hint=_INSIDE_HINT) from err
     pending = [directory for directory in directories if not is_synced(directory)]
     done = len(directories) - len(pending)
     print(
@@ -106,10 +99,8 @@ def _wandb(run: Path, env: Mapping[str, str], stream: TextIO) -> bool:
 def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
     from ddpimg.progress_bar import ProgressBar
     from ddpimg.trackers.mlflow_sync import (
-        artifact_folder,
         copy_run,
         count_series,
-        local_artifacts,
         open_store,
         source_runs,
     )
@@ -118,7 +109,6 @@ def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
     mlruns = run / MLFLOW_DIR
     if not mlruns.is_dir():
         return
-    _check_inside(mlruns, run, "MLflow")
     destination_uri = env.get("MLFLOW_TRACKING_URI", "").strip()
     source_uri = file_store_uri(mlruns)
     if not destination_uri:
@@ -133,8 +123,6 @@ def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
     try:
         source, destination = open_store(source_uri), open_store(destination_uri)
         runs = list(source_runs(source))
-        for _, mlflow_run in runs:  # every artifact inside the run, before any upload
-            local_artifacts(artifact_folder(mlruns, mlflow_run), mlruns)
         bar = ProgressBar(f"MLflow {run.name}", count_series(runs), "series", stream)
         for experiment, mlflow_run in runs:
             copied = copy_run(
@@ -164,9 +152,49 @@ def _mlflow(run: Path, env: Mapping[str, str], stream: TextIO) -> None:
         ) from err
 
 
+def _check_uploads(run: Path, env: Mapping[str, str]) -> None:
+    """A DdpimgError when anything W&B's sync or the MLflow copy of ``run`` would upload
+    lies outside it (through a link): checked for every run before anything is uploaded."""
+    from ddpimg.trackers.mlflow_sync import (
+        artifact_folder,
+        local_artifacts,
+        open_store,
+        source_runs,
+        store_uri,
+    )
+    from ddpimg.trackers.wandb_sync import offline_runs, uploaded_files
+
+    for directory in offline_runs(run):
+        _check_inside(directory, run, "W&B")
+        try:
+            uploaded_files(directory)
+        except (OSError, ValueError) as err:
+            where = printable(str(directory))
+            raise DdpimgError(f"W&B: {where}: {err}", hint=_INSIDE_HINT) from err
+    mlruns = run / MLFLOW_DIR
+    if not mlruns.is_dir():
+        return
+    _check_inside(mlruns, run, "MLflow")
+    if not env.get("MLFLOW_TRACKING_URI", "").strip():
+        return  # nothing of it is copied
+    try:
+        source = open_store(store_uri(mlruns))
+        for _, mlflow_run in source_runs(source):
+            local_artifacts(artifact_folder(mlruns, mlflow_run), mlruns)
+    except DdpimgError:
+        raise
+    except Exception as err:  # MLflow's file store raises many kinds on a damaged mlruns/
+        raise DdpimgError(
+            f"MLflow: {printable(str(mlruns))} cannot be read ({type(err).__name__}: {err})",
+            hint="nothing was uploaded; fix or remove that folder and run ddpimg sync again",
+        ) from err
+
+
 def sync_runs(runs: list[Path], env: Mapping[str, str], stream: TextIO) -> int:
     for run in runs:
         _check_run(run)
+    for run in runs:  # every run's files, before anything of any run is uploaded
+        _check_uploads(run, env)
     ok = True
     for run in runs:
         _tensorboard(run, stream)

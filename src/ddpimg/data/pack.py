@@ -153,14 +153,7 @@ def write_shard(
             for offset, (relative, label) in enumerate(zip(paths, labels, strict=True)):
                 key = f"{shard.first + offset:09d}"
                 source = folder / relative
-                try:
-                    data = read_bytes(source, MAX_IMAGE_BYTES)
-                except (OSError, BadInput) as err:
-                    why = f"({err.strerror})" if isinstance(err, OSError) else f"it is {err}"
-                    raise DataError(
-                        f"{printable(str(source))} cannot be read: {why}",
-                        hint="fix its permissions or remove it, then run the same command again",
-                    ) from err
+                data = _read_image(source)
                 extension = source.suffix.lower().lstrip(".")
                 stored, extension, failed = encode(data, extension, max_side, quality)
                 unchanged += failed
@@ -172,6 +165,19 @@ def write_shard(
         temporary.unlink(missing_ok=True)
         raise
     return shard.count, unchanged
+
+
+def _read_image(source: Path) -> bytes:
+    """The bytes of the image file ``source``; a DataError naming it when it cannot be read
+    (a FIFO, a file over MAX_IMAGE_BYTES, no permission)."""
+    try:
+        return read_bytes(source, MAX_IMAGE_BYTES)
+    except (OSError, BadInput) as err:
+        why = f"({err.strerror})" if isinstance(err, OSError) else f"it is {err}"
+        raise DataError(
+            f"{printable(str(source))} cannot be read: {why}",
+            hint="fix its permissions or remove it, then run the same command again",
+        ) from err
 
 
 def samples_per_shard(folder: Path, paths: list[str], options: PackOptions) -> int:
@@ -186,9 +192,7 @@ def samples_per_shard(folder: Path, paths: list[str], options: PackOptions) -> i
         if options.max_side is None:
             sizes.append(path.stat().st_size)
         else:
-            stored, _, _ = encode(
-                read_bytes(path, MAX_IMAGE_BYTES), "", options.max_side, options.quality
-            )
+            stored, _, _ = encode(_read_image(path), "", options.max_side, options.quality)
             sizes.append(len(stored))
     mean = sum(sizes) / len(sizes) if sizes else 1.0
     return max(1, round(options.shard_mb * 1e6 / (mean + _TAR_HEADERS)))

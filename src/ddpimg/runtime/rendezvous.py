@@ -237,8 +237,10 @@ def _wait_for_all(
     scanned = range(min(world_size, MISSING_SCAN))
     missing = [r for r in scanned if not store.check([JOIN_KEY.format(rank=r)])][:MISSING_NAMED]
     unnamed = count - len(missing)
+    if not missing:  # none among the first MISSING_SCAN ranks: no names to give
+        return f"{count} of {world_size} ranks never joined the rendezvous within {timeout_s:g} s"
     return (
         f"{count} of {world_size} ranks never joined the rendezvous within "
         f"{timeout_s:g} s: {describe_missing(missing, host_of_rank)}"
-        + (f"{'; and' if missing else ''} {unnamed} more" if unnamed > 0 else "")
+        + (f"; and {unnamed} more" if unnamed > 0 else "")
     )

@@ -171,6 +171,13 @@ def _first_tensor(header: dict[str, Any]) -> dict[str, Any]:
         (None, lambda h: _first_tensor(h).update(dtype="F7"), r"unknown dtype 'F7'"),
         (None, lambda h: _first_tensor(h).update(shape=[-1]), r"shape \[-1\] is not a list"),
         (None, lambda h: h.update(x=[1] * 3), r"tensor 'x': not an entry of dtype"),
+        # A name or list of a million items is quoted cut to a line, not in full.
+        (None, lambda h: h.update({"y" * 10**6: 1}), r"tensor 'y{76}\.\.\.: not an entry"),
+        (
+            None,
+            lambda h: _first_tensor(h).update(data_offsets=[0] * 10**6),
+            r"data_offsets \[0, (0, ){24}0\.\.\. is not a range",
+        ),
     ],
 )
 def test_a_malformed_safetensors_header_is_a_named_error(

@@ -22,6 +22,8 @@ from ddpimg.untrusted import BadInput, open_regular, parse_json
 # safetensors' own bound on the header (100 MB).
 MAX_HEADER_BYTES = 100_000_000
 MAX_RANK = 16
+# The longest name or list an error quotes from a header.
+MAX_SHOWN = 80
 # Bytes per element of each dtype safetensors writes.
 DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
@@ -67,25 +69,33 @@ def read_header(path: Path) -> dict[str, dict[str, Any]]:
 
 def _check_entry(name: str, entry: object, data_bytes: int) -> None:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise BadInput(f"tensor {name!r}: not an entry of dtype, shape and data_offsets")
+        raise BadInput(f"tensor {_short(name)}: not an entry of dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
-        raise BadInput(f"tensor {name!r}: unknown dtype {dtype!r}")
+        raise BadInput(f"tensor {_short(name)}: unknown dtype {_short(dtype)}")
     if not _whole_numbers(shape) or len(shape) > MAX_RANK:
-        raise BadInput(f"tensor {name!r}: shape {shape!r} is not a list of whole numbers")
+        raise BadInput(
+            f"tensor {_short(name)}: shape {_short(shape)} is not a list of whole numbers"
+        )
     if not _whole_numbers(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
-        raise BadInput(f"tensor {name!r}: data_offsets {offsets!r} is not a range")
+        raise BadInput(f"tensor {_short(name)}: data_offsets {_short(offsets)} is not a range")
     if offsets[1] > data_bytes:
         raise BadInput(
-            f"tensor {name!r}: data_offsets {offsets!r} run past the end of the data "
-            f"({data_bytes:,} bytes)"
+            f"tensor {_short(name)}: data_offsets {_short(offsets)} run past the end of the "
+            f"data ({data_bytes:,} bytes)"
         )
     expected = math.prod(shape) * DTYPE_BYTES[dtype]
     if offsets[1] - offsets[0] != expected:
         raise BadInput(
-            f"tensor {name!r}: {offsets[1] - offsets[0]:,} bytes for shape {shape} of "
+            f"tensor {_short(name)}: {offsets[1] - offsets[0]:,} bytes for shape {shape} of "
             f"{dtype} ({expected:,} bytes)"
         )
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to a line: a header's names and lists can be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
 def _whole_numbers(value: object) -> bool:
