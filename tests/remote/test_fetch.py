@@ -40,8 +40,9 @@ def make_run(run: RemoteRun) -> None:
         "notes.txt",
         "wandb/offline-run/run.wandb",
         "checkpoints/step-00000004/model.pt",
-        "checkpoints/step-00000008/model.pt",
-        "checkpoints/.step-00000012.tmp/x",
+        "checkpoints/step-99999999/model.pt",
+        "checkpoints/step-100000000/model.pt",  # newest: by its number, not as text
+        "checkpoints/.step-100000001.tmp/x",
     ):
         (rundir / name).parent.mkdir(parents=True, exist_ok=True)
         (rundir / name).write_text(name)
@@ -67,9 +68,10 @@ def test_the_runs_files_and_the_newest_checkpoint_when_asked(tmp_path: Path) -> 
     assert fetched.checkpoint is None
     assert fetched.unpacked.skipped == []
     fetched = fetch_run(login, run, local, checkpoints=True, max_bytes=10**6)
-    assert fetched.checkpoint == "step-00000008"
-    assert (local / "checkpoints" / "step-00000008" / "model.pt").read_text().endswith("model.pt")
-    assert not (local / "checkpoints" / "step-00000004").exists()
+    assert fetched.checkpoint == "step-100000000"
+    newest = local / "checkpoints" / "step-100000000" / "model.pt"
+    assert newest.read_text().endswith("model.pt")
+    assert [path.name for path in (local / "checkpoints").iterdir()] == ["step-100000000"]
     assert not (local / "notes.txt").exists()
 
 

@@ -207,6 +207,37 @@ def test_a_job_slurm_forgot_ends_by_its_manifest(login: LocalLogin) -> None:
     assert lines[0] == f"ddpimg: mnist-7: ENDED: Slurm no longer knows job 7; {said}"
 
 
+def test_a_train_run_slurm_forgot_ends_as_its_manifest_says(login: LocalLogin) -> None:
+    """Slurm purges a finished job's record (MinJobAge, 300 s by default): following a run
+    that completed before that is a success, by its manifest."""
+    run = remote_run(login)
+    (Path(run.run_dir) / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    login.job("")
+    ended, lines = follow(login, run, Life(login, []))
+    assert (ended.state, ended.status, ended.ok) == ("ENDED", "completed", True)
+    assert lines[0].startswith("ddpimg: mnist-7: ENDED: Slurm no longer knows job 7; the run ")
+
+
+def test_a_controller_that_does_not_answer_is_not_a_job_that_ended(login: LocalLogin) -> None:
+    """scontrol failing for another reason than "Invalid job id" (slurmctld restarting)
+    counts towards nothing: following goes on, says so once, and ends with the job."""
+    run = remote_run(login)
+    silent = login.fake / "silent"
+    silent.write_text("")
+    login.install(
+        "scontrol",
+        f"#!/bin/sh\nif [ -e {silent} ]; then\n"
+        "  echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\nfi\n"
+        'cat "$HOME/.fake/job"\n',
+    )
+    login.job(job("COMPLETED", nodes="node1"))
+    (Path(run.run_dir) / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    ended, lines = follow(login, run, Life(login, [lambda: None] * 5 + [silent.unlink]))
+    assert (ended.state, ended.ok) == ("COMPLETED", True)
+    said = "Slurm did not answer (slurm_load_jobs error: Unable to contact slurm controller)"
+    assert lines.count(f"ddpimg: mnist-7: {said}; still following") == 1
+
+
 def test_a_plain_scripts_steps_from_its_manifests_progress(login: LocalLogin) -> None:
     run = remote_run(login, ("train", "--script", "x.py"))
     manifest = Path(run.run_dir) / "manifest.json"

@@ -53,6 +53,12 @@ def test_outside_git_nothing_and_with_include_what_it_names(tmp_path: Path) -> N
     assert collect_tree(tmp_path, (), Limits()).files == ()
     tree = collect_tree(tmp_path, ["a", "b.txt", "a/x.py"], Limits())
     assert (tree.source, [f.path for f in tree.files]) == ("--include", ["a/x.py", "b.txt"])
+    # The runs root is outputs, not code, with --include too (--include . would stage
+    # fetched checkpoints).
+    (tmp_path / "runs" / "mnist-1").mkdir(parents=True)
+    (tmp_path / "runs" / "mnist-1" / "model.pt").write_text("weights")
+    tree = collect_tree(tmp_path, ["."], Limits(), outputs=Path("runs"))
+    assert [f.path for f in tree.files] == ["a/x.py", "b.txt"]
 
 
 @pytest.mark.parametrize(

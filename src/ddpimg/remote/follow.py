@@ -114,6 +114,7 @@ class _Seen:
     state: tuple[str, ...] = ()
     restarts: int = 0
     unknown: int = 0
+    controller_silent: bool = False
     total_steps: int | None = None
     summary: dict[str, Any] | None = None
     last_train: dict[str, Any] | None = None
@@ -202,8 +203,6 @@ class Follower:
         if info is not None:
             self.seen.unknown = 0
             self._show_state(info)
-        else:
-            self.seen.unknown += 1
         self._show_metrics()
         if info is not None and info.ended:
             return self._end(info)
@@ -212,10 +211,21 @@ class Follower:
         return None
 
     def _job(self) -> JobInfo | None:
+        """Slurm's record of the job; None when there is none this poll. Only Slurm's own
+        "Invalid job id" counts towards UNKNOWN_POLLS: a controller that does not answer
+        (a restart, a timeout) says nothing about the job, which may run on."""
         answer = self.transport.run(
             programs.job_state(self.run.job_id), "Slurm's state of the job", timeout=POLL_TIMEOUT_S
         )
-        return parse_job(answer.text, self.run.job_id) if answer.status == 0 else None
+        if answer.status == 0:
+            return parse_job(answer.text, self.run.job_id)
+        if answer.status == programs.UNKNOWN_JOB:
+            self.seen.unknown += 1
+        elif not self.seen.controller_silent:
+            self.seen.controller_silent = True
+            why = answer.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+            self.say(f"Slurm did not answer ({text(why[0], 120)}); still following")
+        return None
 
     def _show_state(self, info: JobInfo) -> None:
         if info.restarts > self.seen.restarts:
@@ -311,7 +321,10 @@ class Follower:
             said = f"Slurm no longer knows job {self.run.job_id}; {said}"
         self.say(f"{text(state, 40)}{exit_code}: {said}")
         status = str((manifest or {}).get("status") or "")
-        ok = state == COMPLETED and (status == "completed" or not self.run.run_dir)
+        if info is None:  # Slurm purged the job (MinJobAge): the run's own record decides
+            ok = bool(self.run.run_dir) and status == "completed"
+        else:
+            ok = state == COMPLETED and (status == "completed" or not self.run.run_dir)
         if not ok:
             self._show_log(info)
         summary = self.seen.summary or {}

@@ -28,6 +28,9 @@ from collections.abc import Sequence
 MISSING = 3
 TAR_FAILED = 4
 CHECK_FAILED = 5
+# scontrol's "Invalid job id": Slurm does not know the job (any longer), as against a
+# controller that did not answer.
+UNKNOWN_JOB = 6
 DEFAULT_ROOT = "ddpimg-remote"
 OBJECTS = "objects"
 JOBS = "jobs"
@@ -143,8 +146,17 @@ def submit(
 
 
 def job_state(job_id: str) -> str:
-    """Slurm's record of the job, one line (``scontrol show job -o``)."""
-    return PRELUDE + f"exec scontrol show job -o {q(job_id)}\n"
+    """Slurm's record of the job, one line (``scontrol show job -o``); UNKNOWN_JOB when
+    Slurm answers that it does not know the job, scontrol's own status for anything else
+    (its error on stderr)."""
+    return PRELUDE + (
+        "e=$(mktemp) || exit 1\n"
+        f'scontrol show job -o {q(job_id)} 2>"$e"\n'
+        "s=$?\n"
+        'if [ "$s" -ne 0 ] && grep -q "Invalid job id" "$e"; then\n'
+        f'  rm -f "$e"; exit {UNKNOWN_JOB}\nfi\n'
+        'cat "$e" >&2\nrm -f "$e"\nexit "$s"\n'
+    )
 
 
 def read_from(path: str, start: int, limit: int) -> str:
@@ -187,8 +199,9 @@ def pack(
     ]
     if newest_checkpoint:
         lines += [
-            "    newest=$(ls -1 checkpoints 2>/dev/null | grep -E '^step-[0-9]{8,}$' | sort | "
-            "tail -n 1)",
+            # By the number (POSIX sort's numeric key): step-100000000 after step-99999999.
+            "    newest=$(ls -1 checkpoints 2>/dev/null | grep -E '^step-[0-9]{8,}$' | "
+            "sort -t - -k 2,2n | tail -n 1)",
             '    if [ -n "$newest" ]; then set -- "$@" "./checkpoints/$newest"; fi',
         ]
     lines.append("fi")

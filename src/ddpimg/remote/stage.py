@@ -60,10 +60,16 @@ def stage_tree(transport: Transport, tree: Tree, root: str, job: str) -> Staged:
     )
     if done.status != 0:
         said = "; ".join(printable(line) for line in stderr_lines(done)) or f"status {done.status}"
+        hint = (
+            "what arrived does not match what was read here (a file changed while it was "
+            "sent, or the transfer was damaged); submit again once nothing writes into the "
+            "tree"
+            if done.status == programs.CHECK_FAILED
+            else "check the space (quota) under --remote-dir on the login node, then submit again"
+        )
         raise RemoteError(
             f"{transport.host}: staging the tree into {root}/{programs.JOBS}/{job} failed: {said}",
-            hint="nothing of this submission was kept there; check the space (quota) under "
-            "--remote-dir on the login node, then submit again",
+            hint=f"nothing of this submission was kept there; {hint}",
         )
     lines = done.text.splitlines()
     return Staged(lines[-1] if lines else "", len(tree.files), len(missing), new_bytes)

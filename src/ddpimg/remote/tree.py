@@ -69,23 +69,30 @@ def collect_tree(
     cwd: Path, includes: Sequence[str], limits: Limits, outputs: Path | None = None
 ) -> Tree:
     """The tree to stage from ``cwd``: ``includes`` (paths under ``cwd``) when given, else
-    what git would track in the work tree holding ``cwd`` but what is under ``outputs``
-    (the local runs root, where fetched runs land: outputs, not code), else nothing."""
+    what git would track in the work tree holding ``cwd``, else nothing; either way without
+    what is under ``outputs`` (the local runs root, where fetched runs land: outputs, not
+    code)."""
     cwd = cwd.resolve()
     if includes:
-        paths = list(_included(cwd, includes))
+        paths = _outside(outputs, cwd, cwd, list(_included(cwd, includes)))
         return _hashed(cwd, ".", paths, limits, "--include")
     top = _git_top(cwd)
     if top is None:
         return Tree(cwd, ".", (), "nothing")
     subdir = cwd.relative_to(top).as_posix()
-    files = _git_files(top)
-    if outputs is not None:
-        skipped = (cwd / outputs).resolve()
-        if skipped == top or top in skipped.parents:
-            prefix = skipped.relative_to(top).as_posix() + "/"
-            files = [name for name in files if not name.startswith(prefix)]
+    files = _outside(outputs, cwd, top, _git_files(top))
     return _hashed(top, subdir, files, limits, "git")
+
+
+def _outside(outputs: Path | None, cwd: Path, top: Path, names: list[str]) -> list[str]:
+    """``names`` (relative to ``top``) but those under ``outputs`` (relative to ``cwd``)."""
+    if outputs is None:
+        return names
+    skipped = (cwd / outputs).resolve()
+    if skipped != top and top not in skipped.parents:
+        return names
+    prefix = skipped.relative_to(top).as_posix() + "/"
+    return [name for name in names if not name.startswith(prefix)]
 
 
 def describe_size(size: int) -> str:
