@@ -173,6 +173,19 @@ def test_what_is_refused_before_connecting(
     assert calls(tmp_path) == []
 
 
+def test_a_record_of_runs_that_cannot_be_read_is_refused_before_connecting(
+    laptop: LocalLogin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read after sbatch, it would leave a job queued that nothing here names."""
+    record = tmp_path / "state" / "ddpimg" / "remote-runs.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("[" * 100_000)
+    Path("train.py").write_text("print(1)\n")
+    assert main(["submit", "--host", "login", "--include", "train.py", "--", "train"]) == 2
+    assert f"{record}" in capsys.readouterr().err
+    assert calls(tmp_path) == []
+
+
 def test_job_options_reach_ddpimg_sbatch_as_given() -> None:
     args = build_parser("submit").parse_args(
         [

@@ -47,6 +47,14 @@ def test_complete_lines_only_and_each_once() -> None:
     assert tail.read(file) == []
 
 
+def test_a_line_nested_too_deep_is_passed_over() -> None:
+    """The login node's file is not trusted: a line nested 30,000 deep (under MAX_LINE) was
+    a RecursionError out of follow."""
+    tail, file = MetricsTail(), File()
+    file.data = train(1) + b"[" * 30_000 + b"]" * 30_000 + b"\n" + train(2)
+    assert steps(tail.read(file)) == [("train", 1), ("train", 2)]
+
+
 def test_a_read_that_fails_changes_nothing() -> None:
     tail, file = MetricsTail(), File()
     file.data = train(1)

@@ -137,6 +137,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     check_command(command, tree)
     remote_ddpimg = _remote_ddpimg(args.remote_ddpimg)
     path = remote_common.state_file(env)
+    state.load(path)  # a state file that cannot be read is told before a job exists
     request = Request(
         args.site,
         args.remote_dir,
@@ -157,7 +158,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             local_root=local_root,
             say=lambda words: remote_common.say(f"{host}: {words}"),
         )
-        recorded = state.add(path, submitted)
+        try:
+            recorded = state.add(path, submitted)
+        except (DdpimgError, OSError) as err:
+            raise DdpimgError(
+                f"{host}: job {submitted.job_id} was submitted (in {printable(submitted.workdir)}) "
+                f"but could not be recorded here: {err}",
+                hint=f"ssh {host} squeue -j {submitted.job_id} shows it, scancel "
+                f"{submitted.job_id} cancels it; fix the record ({path}) before the next submit",
+            ) from err
         remote_common.say(
             f"{host}: submitted job {recorded.job_id}, run {recorded.name} (in "
             f"{printable(recorded.workdir)})"

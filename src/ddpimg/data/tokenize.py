@@ -21,7 +21,6 @@ never scans them.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import time
@@ -45,7 +44,7 @@ from ddpimg.data.tokenshards import (
 from ddpimg.errors import DataError, printable
 from ddpimg.fsio import fsync_path, write_json_atomic
 from ddpimg.progress_bar import ProgressBar
-from ddpimg.untrusted import BadInput, check_regular
+from ddpimg.untrusted import BadInput, check_regular, parse_json
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 DEFAULT_VAL_EVERY = 100
@@ -151,10 +150,10 @@ def _texts(chunk: Chunk, text_field: str) -> list[str]:
     texts = []
     for line, number in zip(chunk.texts, chunk.lines, strict=True):
         try:
-            record = json.loads(line)
+            record = parse_json(line)
         except ValueError as err:
             raise DataError(
-                f"{chunk.source}:{number}: not JSON ({err})",
+                f"{chunk.source}:{number}: {err}",
                 hint="every non-empty line of a .jsonl file is one JSON object",
             ) from err
         if not isinstance(record, dict) or not isinstance(record.get(text_field), str):

@@ -13,7 +13,6 @@ ends only this command: the job goes on (the caller says so, and never cancels i
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from ddpimg.remote.verdict import (
     train_line,
 )
 from ddpimg.run_files import MANIFEST, METRICS
+from ddpimg.untrusted import parse_json
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_GIVE_UP_S = 600.0
@@ -378,7 +378,7 @@ class Follower:
         if data is None or len(data) >= MAX_MANIFEST:
             return None
         try:
-            manifest = json.loads(data)
+            manifest = parse_json(data)
         except ValueError:
             return None
         return manifest if isinstance(manifest, dict) else None

@@ -11,13 +11,13 @@ no profile is an error, since ``generic`` knows none of a site's rules.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote import programs
 from ddpimg.remote.transport import Completed, Transport
+from ddpimg.untrusted import parse_json
 
 AUTO = "auto"
 GENERIC = "generic"
@@ -116,7 +116,7 @@ def _resolved_site(host: str, ddpimg: Sequence[str], site: str, answer: Complete
             "drafts one there), or a profile file's path on the login node",
         )
     try:
-        data = json.loads(answer.stdout)
+        data = parse_json(answer.stdout)
     except ValueError:
         data = None
     found = data.get("site") if isinstance(data, Mapping) else None

@@ -24,6 +24,7 @@ from ddpimg.errors import DdpimgError, printable
 from ddpimg.fsio import write_text_atomic
 from ddpimg.runs.names import LATEST
 from ddpimg.runs.records import read_regular
+from ddpimg.untrusted import parse_json
 
 STATE_VARIABLE = "XDG_STATE_HOME"
 FILE_NAME = "remote-runs.json"
@@ -113,9 +114,9 @@ def load(path: Path) -> list[RemoteRun]:
     except OSError as err:
         raise _bad(path, f"cannot be read ({err.strerror})") from err
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError as err:
-        raise _bad(path, "not JSON") from err
+        raise _bad(path, str(err)) from err
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise _bad(path, f"not a version {VERSION} record of runs")
     runs = data.get("runs")

@@ -4,21 +4,22 @@ W&B run and the same MLflow run. Written atomically by rank 0 when the trackers 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ddpimg.fsio import write_json_atomic
+from ddpimg.untrusted import MIB, read_json
 
 STATE_FILE = "trackers.json"
+STATE_LIMIT = MIB  # two trackers' run ids: a few hundred bytes
 
 
 def read_state(out: Path) -> dict[str, dict[str, Any]]:
     """The run each tracker wrote to last, by tracker name; {} when unknown or unreadable
     (the trackers then start new runs, which is all a reader of this file can lose)."""
     try:
-        data = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = read_json(out / STATE_FILE, STATE_LIMIT)
+    except (OSError, ValueError):  # untrusted.BadInput included
         return {}
     if not isinstance(data, dict):
         return {}
