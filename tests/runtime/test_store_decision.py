@@ -74,6 +74,34 @@ def test_an_error_is_every_ranks_and_rank_0_waits_until_they_read_it(port: int) 
     assert client(port).add(NAME + READ_SUFFIX, 0) == 2
 
 
+def test_an_unforeseen_error_on_rank_0_ends_every_rank(port: int) -> None:
+    """Not a DdpimgError (a runs root it may not list): raised as itself on rank 0, named on
+    the others, which would otherwise wait for a decision until --timeout."""
+
+    def crash() -> str:
+        raise PermissionError(13, "Permission denied", "runs")
+
+    raised: dict[int, str] = {}
+
+    def rank(number: int) -> None:
+        try:
+            as_rank(port, number, crash)
+        except (PermissionError, RuntimeError) as err:
+            raised[number] = f"{type(err).__name__}: {err}"
+
+    zero = threading.Thread(target=rank, args=(0,))
+    zero.start()
+    for number in (1, 2):
+        rank(number)
+    zero.join(TIMEOUT_S)
+    said = "PermissionError: [Errno 13] Permission denied: 'runs'"
+    assert raised == {
+        0: said,
+        1: f"RuntimeError: rank 0 failed while deciding {NAME}: {said}",
+        2: f"RuntimeError: rank 0 failed while deciding {NAME}: {said}",
+    }
+
+
 def test_rank_0_waits_no_longer_than_its_timeout(port: int) -> None:
     began = time.monotonic()
     with pytest.raises(DataError):

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 READ_SUFFIX = "/read"
 _POLL_S = 0.05
+# What the other ranks are told of rank 0's unexpected error (rank 0 prints its traceback).
+_MAX_CRASH_TEXT = 500
 # The classes an error may be raised as again on the other ranks: every one maps to its exit
 # status (``exitcodes.for_error``); anything else arrives as a DdpimgError.
 _KINDS: dict[str, type[DdpimgError]] = {
@@ -55,7 +57,9 @@ def decided_by_rank0(
 ) -> str:
     """What ``decide`` returns on rank 0 (text), on every rank, through the store under
     ``name``. Collective. A DdpimgError in ``decide`` is raised on every rank; rank 0 raises
-    it once the others have read it (or ``timeout_s`` has passed)."""
+    it once the others have read it (or ``timeout_s`` has passed). Any other exception is
+    raised as itself on rank 0 and as a RuntimeError naming it on the others, which end
+    instead of waiting for a decision that never comes."""
     seal = RecordSeal(key)
     if rank == 0:
         try:
@@ -64,6 +68,11 @@ def decided_by_rank0(
             report(err)  # first: once another rank has exited, a launcher may end this one
             failure = {"error": type(err).__name__, "message": err.message, "hint": err.hint}
             store.set(name, seal.seal(name, json.dumps(failure)))
+            _wait_for_readers(store, name, world_size - 1, timeout_s)
+            raise
+        except Exception as err:  # told to the others, then raised here with its traceback
+            crash = {"crash": f"{type(err).__name__}: {err}"[:_MAX_CRASH_TEXT]}
+            store.set(name, seal.seal(name, json.dumps(crash)))
             _wait_for_readers(store, name, world_size - 1, timeout_s)
             raise
         store.set(name, seal.seal(name, json.dumps({"value": value})))
@@ -76,7 +85,10 @@ def decided_by_rank0(
             "process wrote it",
             hint="someone else reaches the rendezvous port: see docs/security.md",
         )
-    outcome = json.loads(text)
+    outcome = json.loads(text)  # sealed with the job's key: rank 0 wrote it
+    if "crash" in outcome:
+        store.add(name + READ_SUFFIX, 1)
+        raise RuntimeError(f"rank 0 failed while deciding {name}: {outcome['crash']}")
     if "error" in outcome:
         refused = _KINDS.get(outcome["error"], DdpimgError)(outcome["message"], outcome["hint"])
         report(refused)
