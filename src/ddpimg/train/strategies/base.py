@@ -117,9 +117,10 @@ class Strategy(Protocol):
         """
         ...
 
-    def load(self, directory: Path, world_size: int) -> None:
-        """Restore the model and optimizer state that ``save`` wrote into ``directory``, on
-        ``world_size`` ranks: this run's or another (each rank then takes its own part).
+    def load(self, directory: Path, saved_world_size: int) -> None:
+        """Restore the model and optimizer state that ``save`` wrote into ``directory`` on
+        ``saved_world_size`` ranks: this run's number or another (each rank then takes its
+        own part).
 
         Called after ``wrap`` and before the first step, on every rank (collective), with a
         directory whose checksums were verified. Afterwards the next ``step`` must do

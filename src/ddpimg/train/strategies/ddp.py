@@ -88,7 +88,7 @@ class DdpStrategy:
                 state["scaler"] = self.scaler.state_dict()
             torch.save(state, directory / STATE_FILE)
 
-    def load(self, directory: Path, world_size: int) -> None:
+    def load(self, directory: Path, saved_world_size: int) -> None:
         # Every rank's state is the whole state: the same on any world size.
         path = directory / STATE_FILE
         # The unwrapped module's parameters sit on the devices the task put them on (two
@@ -119,7 +119,6 @@ class DdpStrategy:
 def _state_mismatch(state: object) -> str | None:
     """Where a loaded ``model.pt`` differs from what ``DdpStrategy.save`` writes (model and
     optimizer state dicts, a scaler's with fp16), or None."""
-    import torch
 
     if not isinstance(state, dict) or not {"model", "optimizer"} <= set(state) <= STATE_KEYS:
         found = sorted(map(str, state))[:5] if isinstance(state, dict) else type(state).__name__

@@ -207,12 +207,12 @@ class DeepSpeedStrategy:
         # No 'latest' file: the checkpoint module decides which checkpoint is the latest.
         self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False)
 
-    def load(self, directory: Path, world_size: int) -> None:
+    def load(self, directory: Path, saved_world_size: int) -> None:
         """DeepSpeed's own load on the world size that wrote the checkpoint (exact), and
         with ZeRO-0, whose files hold everything unpartitioned; through the universal form
         (``deepspeed_universal``) on any other."""
-        if world_size != self.ctx.world_size and self.zero_stage > 0:
-            self._load_universal(directory, world_size)
+        if saved_world_size != self.ctx.world_size and self.zero_stage > 0:
+            self._load_universal(directory, saved_world_size)
             return
         # The learning-rate schedule is the loop's, restored by the checkpoint module.
         try:
@@ -232,7 +232,7 @@ class DeepSpeedStrategy:
                 hint="resume from a checkpoint written with --strategy deepspeed, or --resume none",
             )
 
-    def _load_universal(self, directory: Path, world_size: int) -> None:
+    def _load_universal(self, directory: Path, saved_world_size: int) -> None:
         """Rank 0 converts the checkpoint (once: kept beside it) and tells every rank how
         that went; then every rank loads its own partition of it."""
         from ddpimg.train.coordination import prepare_on_main
@@ -242,7 +242,7 @@ class DeepSpeedStrategy:
         def convert() -> None:
             print(
                 f"ddpimg: resuming DeepSpeed ZeRO-{self.zero_stage} on {self.ctx.world_size} "
-                f"ranks from a checkpoint of {world_size}: through its universal form in "
+                f"ranks from a checkpoint of {saved_world_size}: through its universal form in "
                 f"{directory / deepspeed_universal.UNIVERSAL}",
                 file=sys.stderr,
                 flush=True,

@@ -140,7 +140,7 @@ class FsdpStrategy:
             state[SCALER_KEY] = self.scaler.state_dict()
         save(state, checkpoint_id=str(directory))
 
-    def load(self, directory: Path, world_size: int) -> None:
+    def load(self, directory: Path, saved_world_size: int) -> None:
         # DCP reshards on load: the same call on any world size.
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
