@@ -119,7 +119,6 @@ class DdpStrategy:
 def _state_mismatch(state: object) -> str | None:
     """Where a loaded ``model.pt`` differs from what ``DdpStrategy.save`` writes (model and
     optimizer state dicts, a scaler's with fp16), or None."""
-
     if not isinstance(state, dict) or not {"model", "optimizer"} <= set(state) <= STATE_KEYS:
         found = sorted(map(str, state))[:5] if isinstance(state, dict) else type(state).__name__
         return f"{found}, expected a dict of model, optimizer (and scaler)"
