@@ -43,6 +43,20 @@ QUICK_TRAIN = [
 QUICK_TOLERANCE = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=8)
 
 
+# Ctrl-C's SIGINT must reach a command a test interrupts: a test session started in the
+# background (``cmd &`` in a non-interactive shell) hands its children SIGINT ignored, which
+# exec keeps; this resets it to the default, then execs the command (the same process).
+_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def with_default_sigint(argv: Sequence[str]) -> list[str]:
+    """``argv`` started with SIGINT's default action, however the tests were started."""
+    return [PYTHON, "-c", _DEFAULT_SIGINT, *argv]
+
+
 def command(name: str) -> str:
     """A console script of the environment running the tests (train, ddpimg, torchrun)."""
     path = BIN / name

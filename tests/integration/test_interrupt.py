@@ -16,13 +16,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.runs import command
+from tests.integration.runs import command, with_default_sigint
 
 RUN = [
     "--data", "synthetic", "--epochs", "1", "--max-steps", "400", "--global-batch-size", "64",
@@ -34,20 +33,11 @@ EXIT_GUARD_S = 120.0
 MAX_LINES = 8
 
 
-# Ctrl-C's SIGINT must reach the run: a test session started in the background (``cmd &``
-# in a non-interactive shell) hands its children SIGINT ignored, which exec keeps; this resets
-# it to the default, then execs the command (same process: the session leader).
-DEFAULT_SIGINT = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
-
-
 def interrupt(argv: list[str], env: dict[str, str], out: Path, lines: int = 2) -> tuple[int, str]:
     """Start ``argv`` as a terminal's foreground job, press Ctrl-C once ``lines`` lines are
     logged in ``out``'s metrics.jsonl; its exit status and standard error."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", DEFAULT_SIGINT, *argv],
+        with_default_sigint(argv),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

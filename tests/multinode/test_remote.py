@@ -29,7 +29,14 @@ import pytest
 import ddpimg
 from tests.engines.netns import NamespaceCluster
 from tests.engines.sshd import BARE, HOST, HOSTILE, REFUSED, USER, SshLogin
-from tests.integration.runs import QUICK_LR, command, run, summary, train_losses
+from tests.integration.runs import (
+    QUICK_LR,
+    command,
+    run,
+    summary,
+    train_losses,
+    with_default_sigint,
+)
 from tests.integration.test_sbatch import release_requeued
 from tests.multinode.conftest import PROFILES, SHORT_NAME_PROFILE, TIMEOUT_S
 from tests.noise import FLOAT32_STEP, Tolerance, assert_within
@@ -308,7 +315,8 @@ def test_a_users_script_staged_from_the_laptop_and_staged_again_by_content(
     held = again.stdout.strip()
     job_id = held.rsplit("-", 1)[1]
     # Ctrl-C stops following, never the job.
-    follow = start(ddpimg_cmd("follow", held, "--interval", "1"), laptop, exp)
+    # Ctrl-C reaches it however the tests were started (with_default_sigint).
+    follow = start(with_default_sigint(ddpimg_cmd("follow", held, "--interval", "1")), laptop, exp)
     follow.wait_for(rf"{held}: PENDING")
     follow.proc.send_signal(signal.SIGINT)
     assert follow.finish(60) == 130
