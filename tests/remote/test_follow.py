@@ -17,7 +17,7 @@ from ddpimg.cli import remote_common
 from ddpimg.remote import state
 from ddpimg.remote.follow import Ended, Follower, Screen
 from ddpimg.remote.state import RemoteRun
-from ddpimg.remote.transport import Completed, ConnectionLost
+from ddpimg.remote.transport import Completed, ConnectionLost, RemoteError
 from tests.remote.fakes import LocalLogin
 
 INTERVAL_S = 0.5  # a poll's pause, unlike any pause of the backoff
@@ -236,6 +236,16 @@ def test_a_controller_that_does_not_answer_is_not_a_job_that_ended(login: LocalL
     assert (ended.state, ended.ok) == ("COMPLETED", True)
     said = "Slurm did not answer (slurm_load_jobs error: Unable to contact slurm controller)"
     assert lines.count(f"ddpimg: mnist-7: {said}; still following") == 1
+
+
+def test_a_controller_silent_past_the_give_up_time_ends_following(login: LocalLogin) -> None:
+    """Bounded: a scontrol that never answers ends following after give_up_s (30 s of the
+    fake clock), saying the job may go on; never a job taken as ended."""
+    login.install("scontrol", "#!/bin/sh\necho 'Socket timed out on send/recv' >&2\nexit 1\n")
+    life = Life(login, [])
+    with pytest.raises(RemoteError, match=r"login: Slurm did not answer for 30 s \(Socket timed"):
+        follow(login, remote_run(login), life)
+    assert 30 < life.now <= 32
 
 
 def test_a_plain_scripts_steps_from_its_manifests_progress(login: LocalLogin) -> None:

@@ -114,7 +114,7 @@ class _Seen:
     state: tuple[str, ...] = ()
     restarts: int = 0
     unknown: int = 0
-    controller_silent: bool = False
+    silent_since: float | None = None  # when Slurm last began not to answer
     total_steps: int | None = None
     summary: dict[str, Any] | None = None
     last_train: dict[str, Any] | None = None
@@ -213,18 +213,29 @@ class Follower:
     def _job(self) -> JobInfo | None:
         """Slurm's record of the job; None when there is none this poll. Only Slurm's own
         "Invalid job id" counts towards UNKNOWN_POLLS: a controller that does not answer
-        (a restart, a timeout) says nothing about the job, which may run on."""
+        (a restart, a timeout) says nothing about the job, which may run on; after
+        ``give_up_s`` of that, following ends with a RemoteError (the job goes on)."""
         answer = self.transport.run(
             programs.job_state(self.run.job_id), "Slurm's state of the job", timeout=POLL_TIMEOUT_S
         )
         if answer.status == 0:
+            self.seen.silent_since = None
             return parse_job(answer.text, self.run.job_id)
         if answer.status == programs.UNKNOWN_JOB:
             self.seen.unknown += 1
-        elif not self.seen.controller_silent:
-            self.seen.controller_silent = True
-            why = answer.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
-            self.say(f"Slurm did not answer ({text(why[0], 120)}); still following")
+            return None
+        lines = answer.stderr.decode(errors="replace").strip().splitlines()
+        why = text(lines[-1] if lines else f"scontrol exit status {answer.status}", 120)
+        now = self.clock()
+        if self.seen.silent_since is None:
+            self.seen.silent_since = now
+            self.say(f"Slurm did not answer ({why}); still following")
+        elif now - self.seen.silent_since > self.give_up_s:
+            raise RemoteError(
+                f"{self.run.host}: Slurm did not answer for {self.give_up_s:g} s ({why})",
+                hint=f"the job may go on; `ddpimg follow {self.run.name}` picks up where this "
+                "stopped",
+            )
         return None
 
     def _show_state(self, info: JobInfo) -> None:
