@@ -18,7 +18,8 @@ from ddpimg.remote.transport import Transport
 
 INTERVAL_HELP = f"seconds between two polls of the job (default {DEFAULT_INTERVAL_S:g})"
 GIVE_UP_HELP = (
-    f"give up after this many seconds without a connection (default {DEFAULT_GIVE_UP_S:g})"
+    "give up after this many seconds without a connection, or without an answer from Slurm "
+    f"(default {DEFAULT_GIVE_UP_S:g})"
 )
 
 
