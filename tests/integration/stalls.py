@@ -59,11 +59,13 @@ def wait_for_checkpoint(out: Path, proc: subprocess.Popen[str], limit_s: float) 
 
 
 # How Gloo words the timeout of the survivor's collective: the receive that timed out raises
-# the first; gloo's UnboundBuffer::waitRecv then closes every pair of the context with the
-# second, which is what a rank sees whose pending operation was another one (the ring's
-# other buffer, or the send half): CI's run of 2026-11-26 printed it between namespace nodes.
+# the first, and so does a send the stopped rank no longer takes (a run of 2026-11-29 under
+# srun timed out in its send); gloo's UnboundBuffer::waitRecv then closes every pair of the
+# context with the second, which is what a rank sees whose pending operation was another one
+# (the ring's other buffer, or the send half): CI's run of 2026-11-26 printed it between
+# namespace nodes.
 GLOO_TIMEOUT = (
-    rf"(?:gloo: Timed out waiting {TIMEOUT_S * 1000}ms for recv operation to complete"
+    rf"(?:gloo: Timed out waiting {TIMEOUT_S * 1000}ms for (?:recv|send) operation to complete"
     r"|Application timeout caused pair closure)"
 )
 
