@@ -123,3 +123,13 @@ def test_the_runs_are_the_directories_that_hold_a_record(tmp_path: Path) -> None
         ("a-1", "failed"), ("b-2", "completed"), ("c-3", "unreadable"),
     ]  # fmt: skip
     assert list_runs(tmp_path / "missing") == []
+
+
+def test_a_runs_root_that_cannot_be_listed_is_a_named_error(tmp_path: Path) -> None:
+    """Not an empty listing, and not a traceback: a root that is a loop of links."""
+    from ddpimg.errors import DdpimgError
+
+    root = tmp_path / "runs"
+    root.symlink_to(root)
+    with pytest.raises(DdpimgError, match=r"cannot list the runs in .*runs \(Too many levels"):
+        list_runs(root)
