@@ -64,6 +64,7 @@ def test_init_from_computes_transformers_logits(tmp_path: Path, safe: bool) -> N
     shape = read_config(tmp_path / "hf")
     assert shape == GptConfig(n_layer=2, n_head=4, n_embd=32, block_size=32, vocab_size=97)
     model = Gpt(shape)
+    assert model.wte.weight.shape == (128, 32)  # 97 padded inside the model
     load_pretrained(model, tmp_path / "hf")
     tokens = torch.randint(0, 97, (3, 32), generator=torch.Generator().manual_seed(1))
     assert torch.allclose(ours(model, tokens), hf_logits(reference, tokens), atol=TOLERANCE, rtol=0)
@@ -85,18 +86,19 @@ def test_the_task_takes_shape_and_weights_from_init_from(tmp_path: Path) -> None
 
 def test_export_loads_back_into_transformers(tmp_path: Path) -> None:
     torch.manual_seed(3)
-    shape = GptConfig(n_layer=2, n_head=2, n_embd=16, block_size=24, vocab_size=128)
+    shape = GptConfig(n_layer=2, n_head=2, n_embd=16, block_size=24, vocab_size=100)
     model = Gpt(shape)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
-    # Trained on a vocabulary of 100, padded to 128: the export cuts the padding off.
+    # A vocabulary of 100, padded to 128 inside the model: the export cuts the padding off.
+    assert model.wte.weight.shape == (128, 16)
     write_hf_dir(tmp_path / "out", shape, model.state_dict(), vocabulary=100, eot_token=99)
     loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out").eval()
     assert loaded.config.vocab_size == 100
     assert loaded.config.eos_token_id == 99
     tokens = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(2))
-    expected = ours(model, tokens)[..., :100]
+    expected = ours(model, tokens)
     assert torch.allclose(hf_logits(loaded, tokens), expected, atol=TOLERANCE, rtol=0)
     with pytest.raises(DdpimgError, match=r"out exists already"):
         write_hf_dir(tmp_path / "out", shape, model.state_dict(), vocabulary=100, eot_token=99)

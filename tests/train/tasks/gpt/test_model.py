@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ddpimg.train.tasks.gpt.config import SIZES, GptConfig
 from ddpimg.train.tasks.gpt.model import Gpt
@@ -13,7 +14,8 @@ def test_124m_is_gpt2_small() -> None:
     with torch.device("meta"):
         model = Gpt(SIZES["124m"].shape)
     # nanoGPT's GPT-2 small with the vocabulary padded to 50304, the embedding counted once.
-    assert model.num_parameters() == 124_475_904
+    assert model.num_parameters() == SIZES["124m"].shape.parameters == 124_475_904
+    assert model.config.vocab_size == 50257
     assert len(model.h) == 12
     assert model.config.block_size == 1024
 
@@ -49,6 +51,25 @@ def test_logits_have_the_vocabulary_and_are_causal() -> None:
     assert logits.shape == (2, 10, 256)
     assert torch.equal(logits[:, :6], other[:, :6])
     assert not torch.allclose(logits[:, 6:], other[:, 6:])
+
+
+def test_the_padded_vocabulary_is_never_predicted_and_gets_no_gradient() -> None:
+    torch.manual_seed(0)
+    shape = GptConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=100)
+    model = Gpt(shape)
+    assert model.wte.weight.shape == (128, 16)
+    tokens = torch.randint(100, (4, 8))
+    logits = model(tokens)
+    assert logits.shape == (4, 8, 100)
+    # Padding rows that would win every softmax if they took part change nothing.
+    with torch.no_grad():
+        model.wte.weight[100:] = 10.0
+    assert torch.equal(model(tokens), logits)
+    F.cross_entropy(model(tokens).flatten(0, 1), torch.randint(100, (32,))).backward()
+    grad = model.wte.weight.grad
+    assert grad is not None
+    assert int(torch.count_nonzero(grad[100:])) == 0
+    assert int(torch.count_nonzero(grad[:100])) > 0
 
 
 def test_an_empty_batch_goes_through() -> None:

@@ -61,18 +61,24 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_shards_give_the_model_the_datas_vocabulary_padded(tmp_path: Path, corpus: Path) -> None:
+def test_shards_give_the_model_the_datas_vocabulary_padded_inside(
+    tmp_path: Path, corpus: Path
+) -> None:
     task = GptTask(tiny(tmp_path, data=str(corpus)), CPU)
-    assert task.shape.vocab_size == 50304  # llm.c v1: GPT-2's 50257, padded to 64
-    assert task.vocabulary == 50257
+    assert task.shape.vocab_size == task.vocabulary == 50257  # llm.c v1: GPT-2's
+    assert task.shape.padded_vocab_size == 50304
     assert task.shape.n_layer == 2
     (tmp_path / "bytes").mkdir()
     for shard in corpus.glob("*.bin"):
         (tmp_path / "bytes" / shard.name).write_bytes(shard.read_bytes())
     (tmp_path / "bytes" / "tokenizer.json").write_text('{"tokenizer": "x", "vocabulary": 301}')
     task = GptTask(tiny(tmp_path, data=str(tmp_path / "bytes")), CPU)
-    assert (task.shape.vocab_size, task.vocabulary) == (320, 301)
-    assert GptTask(TrainConfig(trainer="gpt", out=tmp_path), CPU).shape.vocab_size == 50304
+    assert (task.shape.vocab_size, task.shape.padded_vocab_size) == (301, 320)
+    model = task.build_model(DropoutContext(1))
+    assert model.wte.weight.shape == (320, 64)
+    assert model(torch.zeros(1, 3, dtype=torch.int64)).shape == (1, 3, 301)
+    synthetic = GptTask(TrainConfig(trainer="gpt", out=tmp_path), CPU).shape
+    assert (synthetic.vocab_size, synthetic.padded_vocab_size) == (50257, 50304)
 
 
 def test_a_token_beyond_the_vocabulary_is_an_error(ctx: DistContext, tmp_path: Path) -> None:
@@ -118,7 +124,7 @@ def test_shard_batches_are_the_windows_the_plan_names(
         40_000,
         4_000,
     )
-    assert facts["model"]["vocab_size"] == 50304
+    assert facts["model"]["vocab_size"] == facts["vocabulary"] == 50257
 
 
 def test_shard_sample_limits(ctx: DistContext, tmp_path: Path, corpus: Path) -> None:

@@ -17,6 +17,11 @@ MAX_DIMENSIONS = {
     "block_size": 1 << 20,
     "vocab_size": 1 << 20,
 }
+# The model's token embedding and output layer have the vocabulary padded to a multiple of
+# this many rows: nanoGPT's 50304 for GPT-2's 50257 makes the output layer's matrix
+# multiplications faster. The padding is the model's alone (``model.Gpt``): everything
+# else, the shapes in manifest.json and config.json included, has the real vocabulary.
+VOCAB_MULTIPLE = 64
 
 
 class ShapeError(ValueError):
@@ -25,7 +30,8 @@ class ShapeError(ValueError):
 
 @dataclass(frozen=True)
 class GptConfig:
-    """Shape of a model: ``block_size`` is the context length in tokens."""
+    """Shape of a model: ``block_size`` is the context length in tokens, ``vocab_size`` the
+    tokens it reads and predicts (the data's vocabulary, unpadded)."""
 
     n_layer: int
     n_head: int
@@ -57,12 +63,19 @@ class GptConfig:
         return shape
 
     @property
+    def padded_vocab_size(self) -> int:
+        """The rows of ``model.Gpt``'s token embedding and output layer: ``vocab_size``
+        rounded up to a multiple of ``VOCAB_MULTIPLE``."""
+        return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+    @property
     def parameters(self) -> int:
         """The parameters of ``model.Gpt`` of this shape (the output layer tied to the
-        token embedding), without building it."""
+        token embedding, the padded rows counted), without building it."""
         width = self.n_embd
         per_layer = 12 * width * width + 13 * width
-        return (self.vocab_size + self.block_size) * width + self.n_layer * per_layer + 2 * width
+        rows = self.padded_vocab_size + self.block_size
+        return rows * width + self.n_layer * per_layer + 2 * width
 
 
 @dataclass(frozen=True)
@@ -84,9 +97,9 @@ class GptSize:
 
 
 SIZES = {
-    # GPT-2 small; the vocabulary 50257 padded to a multiple of 64 for faster matmuls.
+    # GPT-2 small: GPT-2's vocabulary (the model pads it to 50304).
     "124m": GptSize(
-        GptConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
+        GptConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
         learning_rate=6e-4,
         eval_batch_size=8,
         name="GPT-2 small",

@@ -16,8 +16,8 @@ tokens, the targets the same shifted by one.
   rank reads only its own rows of a step (a ``pread`` a window, nothing kept resident).
   Before the first step every token is checked against the data's vocabulary (scanned
   once, kept in the index: ``ddpimg.data.tokenindex``), and the model's vocabulary is the
-  data's, padded to a multiple of 64 (nanoGPT's 50304 for GPT-2's 50257) unless
-  ``--init-from`` fixes it.
+  data's (which the model pads inside, unseen: ``model.Gpt``) unless ``--init-from`` fixes
+  it.
 """
 
 from __future__ import annotations
@@ -51,17 +51,10 @@ if TYPE_CHECKING:
 
 SYNTHETIC_TRAIN = 10_000
 SYNTHETIC_EVAL = 500
-# Vocabularies are padded to a multiple of this: nanoGPT's 50304 for GPT-2's 50257 makes
-# the output layer's matrix multiplications faster.
-VOCAB_MULTIPLE = 64
 
 _SUCCESSORS = 4
 _CHUNK = 256
 _SYNTHETIC_SEED = 20_240_602
-
-
-def padded_vocabulary(vocabulary: int) -> int:
-    return -(-vocabulary // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
 def synthetic_tokens(

@@ -11,12 +11,12 @@ The two models are the same network with other names and layouts:
   ``nn.Linear``'s: ``attn.c_attn``, ``attn.c_proj``, ``mlp.c_fc``, ``mlp.c_proj``.
 * The output layer is tied to the token embedding (``tie_word_embeddings``); the files
   hold the embedding only (or both, equal).
-* Vocabulary: a model trained here has the data's vocabulary padded to a multiple of 64
-  (50304 for GPT-2's 50257). Exported, it is cut back to the data's vocabulary: the padded
-  rows are never a target, and the logits of the real tokens do not depend on them.
-  Imported (``--init-from``), the model keeps the checkpoint's vocabulary unpadded, as
-  nanoGPT does: padded rows would take part in the softmax of a trained model whose logits
-  they know nothing of.
+* Vocabulary: ``model.Gpt`` holds its vocabulary padded to a multiple of 64 (50304 rows
+  for GPT-2's 50257) and computes logits of the real tokens only. Imported (``--init-from``),
+  the checkpoint's rows are copied and the padding rows are zeros (never read: no token is a
+  padding id, and no padding logit is computed into a softmax); exported, the embedding is
+  cut back to the real vocabulary, which ``config.json`` says. A GPT-2 goes in and out with
+  its 50257 rows bit for bit.
 
 Everything else must be GPT-2's architecture as ``model.Gpt`` computes it; a config that
 says otherwise (another ``model_type``, activation, LayerNorm epsilon, MLP width, untied or
@@ -48,6 +48,7 @@ PREFIX = "transformer."
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")
 TIED = "lm_head.weight"
+EMBEDDING = "wte.weight"
 LAYER_NORM_EPSILON = 1e-5
 # What model.Gpt computes, as GPT2Config says it: any other value is refused.
 REQUIRED: dict[str, tuple[object, ...]] = {
@@ -168,9 +169,12 @@ def from_hf(
 ) -> dict[str, torch.Tensor]:
     """A ``model.Gpt`` state dict of ``shape`` from Hugging Face tensors; DdpimgError naming
     the key that is missing, unknown or of another size."""
-    expected = {k: v.shape for k, v in Gpt(shape).state_dict().items() if k != TIED}
+    with torch.device("meta"):
+        expected = {k: v.shape for k, v in Gpt(shape).state_dict().items() if k != TIED}
+    # The file holds the real vocabulary's rows; the model's padding is added below.
+    expected[EMBEDDING] = torch.Size((shape.vocab_size, shape.n_embd))
     tied = weights.pop(TIED, None)
-    if tied is not None and not torch.equal(tied, weights.get("wte.weight", tied)):
+    if tied is not None and not torch.equal(tied, weights.get(EMBEDDING, tied)):
         raise _error(
             f"{path}: {TIED} differs from {PREFIX}wte.weight (an untied output layer)",
             hint="train gpt ties the output layer to the token embedding, as GPT-2 does",
@@ -191,7 +195,11 @@ def from_hf(
                 hint="the weights and config.json come from different models",
             )
         state[key] = tensor.float().contiguous()
-    state[TIED] = state["wte.weight"]
+    padding = shape.padded_vocab_size - shape.vocab_size
+    state[EMBEDDING] = torch.cat(
+        (state[EMBEDDING], state[EMBEDDING].new_zeros(padding, shape.n_embd))
+    )
+    state[TIED] = state[EMBEDDING]
     return state
 
 
@@ -203,7 +211,8 @@ def load_pretrained(model: Gpt, directory: Path) -> None:
 
 def to_hf(state: dict[str, torch.Tensor], vocabulary: int) -> dict[str, torch.Tensor]:
     """Hugging Face tensors (``transformer.`` names, Conv1D layouts, no tied output layer)
-    from a ``model.Gpt`` state dict, the embedding cut to ``vocabulary`` rows."""
+    from a ``model.Gpt`` state dict, the embedding cut to ``vocabulary`` rows (the model's
+    padding dropped)."""
     tensors = {}
     for key, tensor in state.items():
         if key == TIED:
@@ -211,7 +220,7 @@ def to_hf(state: dict[str, torch.Tensor], vocabulary: int) -> dict[str, torch.Te
         value = tensor.detach().float().cpu()
         if key.endswith(CONV1D):
             value = value.t()
-        if key == "wte.weight":
+        if key == EMBEDDING:
             value = value[:vocabulary]
         tensors[PREFIX + key] = value.contiguous().clone()
     return tensors

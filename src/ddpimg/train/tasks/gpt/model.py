@@ -8,6 +8,14 @@ LayerNorm, and an output projection tied to the token embedding. Attention runs 
 memory-efficient kernel on a GPU. GPT-2's initialisation: every weight from N(0, 0.02),
 biases zero, and the projections back into the residual stream scaled by 1/sqrt(2 x layers).
 
+The token embedding and the output layer have ``GptConfig.padded_vocab_size`` rows (the
+vocabulary padded to a multiple of 64, nanoGPT's 50304 for GPT-2's 50257: faster matmuls),
+but the logits are cut back to the real vocabulary before anything sees them, so a padding
+id is never predicted, takes no part in a softmax or loss, and its rows get no gradient
+(the data never holds one either: its tokens are checked against the vocabulary). The
+padding is invisible outside the module: its output, and the shapes ddpimg records and
+exports, have ``vocab_size``.
+
 There is no dropout (nanoGPT's pre-training setting): nothing random happens in a forward
 pass, so the loss cannot depend on how the global batch is split over ranks.
 """
@@ -75,16 +83,17 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    """Token ids (batch, tokens) -> next-token logits (batch, tokens, vocab)."""
+    """Token ids (batch, tokens) -> next-token logits (batch, tokens, ``vocab_size``)."""
 
     def __init__(self, config: GptConfig) -> None:
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        rows = config.padded_vocab_size
+        self.wte = nn.Embedding(rows, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, rows, bias=False)
         self.lm_head.weight = self.wte.weight
         self.apply(_init_weights)
         residual_std = INIT_STD / math.sqrt(2 * config.n_layer)
@@ -101,7 +110,13 @@ class Gpt(nn.Module):
         for block in self.h:
             x = block(x)
         logits: torch.Tensor = self.lm_head(self.ln_f(x))
-        return logits
+        # The padding's logits are sliced off rather than masked to -inf: a slice by a
+        # constant is a view (no pass over the logits, no mask buffer to keep on the device
+        # and out of checkpoints), the loss, accuracy and any sampling see only real tokens
+        # by the shape alone, and torch.compile traces it as a plain static slice. Its cost
+        # is in the backward pass, which writes the logits' gradient into a zero-padded
+        # tensor of the matmul's width.
+        return logits[..., : self.config.vocab_size]
 
     def num_parameters(self) -> int:
         """Distinct parameters (the tied embedding counted once)."""

@@ -9,6 +9,10 @@ tokens, the targets the same shifted by one.
 Weights: freshly initialised at ``--size``, or ``--init-from`` a Hugging Face GPT-2
 directory (``hf``), whose config then gives the shape and the vocabulary.
 
+Vocabulary: the data's (synthetic: ``--size``'s; shards: their tokenizer's), or
+``--init-from``'s. The model pads it to a multiple of 64 inside (``model.Gpt``) and never
+predicts a padding id; the shape in manifest.json has the real one.
+
 A sample's loss is the mean over its tokens, its "accuracy" the fraction of tokens
 predicted right, so the reported figures are per-token means.
 
@@ -32,7 +36,7 @@ from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.tasks.gpt import GptOptions, hf
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
-from ddpimg.train.tasks.gpt.data import ShardData, padded_vocabulary, synthetic_tokens
+from ddpimg.train.tasks.gpt.data import ShardData, synthetic_tokens
 from ddpimg.train.tasks.gpt.model import Gpt
 
 if TYPE_CHECKING:
@@ -98,19 +102,19 @@ class GptTask:
         )
 
     def model_shape(self) -> GptConfig:
-        """``--init-from``'s shape, or ``--size``'s with the data's vocabulary (padded)."""
+        """``--init-from``'s shape, or ``--size``'s with the data's vocabulary (the model
+        pads it itself: ``model.Gpt``)."""
         if self.pretrained is not None:
             return hf.read_config(self.pretrained)
         shape = SIZES[self.size].shape
         if self.shards is None:
             return shape
-        return replace(shape, vocab_size=padded_vocabulary(self.shards.vocabulary.size))
+        return replace(shape, vocab_size=self.shards.vocabulary.size)
 
     @property
     def vocabulary(self) -> int:
-        """The tokens the data can hold: what the model's output is cut to on export."""
-        if self.shards is not None and self.pretrained is None:
-            return self.shards.vocabulary.size
+        """The tokens the model reads and predicts, unpadded: what manifest.json records
+        and an export keeps."""
         return self.shape.vocab_size
 
     def datasets(self) -> tuple[Dataset, Dataset]:
@@ -127,17 +131,12 @@ class GptTask:
                 eval_samples=config.eval_samples,
                 device=self.device,
             )
-        if self.pretrained is None:
-            limit, limit_source = (
-                self.shards.vocabulary.size,
-                f"the data's vocabulary ({self.shards.vocabulary.source})",
-            )
-        else:
-            limit, limit_source = (
-                self.shape.vocab_size,
-                f"the vocabulary of --init-from {self.pretrained}",
-            )
-        self.shards.check_tokens(config.out, self.ctx, limit, limit_source)
+        limit_source = (
+            f"the data's vocabulary ({self.shards.vocabulary.source})"
+            if self.pretrained is None
+            else f"the vocabulary of --init-from {self.pretrained}"
+        )
+        self.shards.check_tokens(config.out, self.ctx, self.vocabulary, limit_source)
         return self.shards.datasets(
             self.seq_len,
             train_samples=config.train_samples,
