@@ -79,7 +79,7 @@ def run_training(
     recorder: RunRecorder | None = None
     try:
         with _watching(watch):
-            resume = resolve_resume(config, ctx, batch, sys.stderr, task.batchnorm_samples())
+            resume = resolve_resume(config, ctx, batch, sys.stderr, task.fingerprint())
             if ctx.is_main:
                 recorder = RunRecorder.start(
                     config, batch, ctx, os.environ, stream=sys.stderr, resume=resume

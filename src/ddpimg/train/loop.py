@@ -164,7 +164,7 @@ class Trainer:
         self.scheduler = epoch_schedule(config, strategy.optimizer)
         self.checkpoints = Checkpointer(
             config, ctx, strategy, self.scheduler, recorder,
-            batch=batch, batchnorm_samples=task.batchnorm_samples(),
+            batch=batch, task_facts=task.fingerprint(),
         )  # fmt: skip
         start = self.checkpoints.restore(resume)
         if resume is not None:

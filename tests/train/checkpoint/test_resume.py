@@ -30,7 +30,7 @@ from ddpimg.train.tasks import arguments_json
 def resolve(config: TrainConfig, ctx: DistContext, stream: io.StringIO) -> Resume | None:
     """``resolve_resume`` of ``config`` in ``ctx`` (a model without BatchNorm)."""
     batch = BatchLayout.of(config, ctx.world_size)
-    return resolve_resume(config, ctx, batch, stream, None)
+    return resolve_resume(config, ctx, batch, stream, {})
 
 
 def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Path:
@@ -45,7 +45,7 @@ def save_record(config: TrainConfig, step: int, root: Path | None = None) -> Pat
         world_size=1,
         global_batch=batch.global_size,
         strategy="ddp",
-        fingerprint=fingerprint(config, batch, None),
+        fingerprint=fingerprint(config, batch, {}),
         metrics_lines=step,
         reason="interval",
         saved_utc="2024-06-01T00:00:00Z",

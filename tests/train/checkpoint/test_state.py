@@ -34,13 +34,14 @@ BASE = TrainConfig(global_batch_size=64, batch_size=None, lr=1.0, seed=7)
 
 
 def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> None:
-    values = fingerprint(BASE, BatchLayout(32, 2), None)
+    values = fingerprint(BASE, BatchLayout(32, 2), {})
     assert not FREE_TO_CHANGE & values.keys()
     assert values["global_batch"] == 64
     assert values["lr"] == 1.0
     assert "world_size" not in values  # every strategy continues on any world size
     assert "batchnorm_samples" not in values
-    assert fingerprint(BASE, BatchLayout(32, 2), 64)["batchnorm_samples"] == 64
+    task_facts = {"batchnorm_samples": 64, "vocabulary": 50257}
+    assert fingerprint(BASE, BatchLayout(32, 2), task_facts).items() >= task_facts.items()
 
 
 @pytest.mark.parametrize(
@@ -54,8 +55,8 @@ def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> N
     ],
 )
 def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -> None:
-    saved = fingerprint(BASE, BatchLayout(32, 2), None)
-    current = fingerprint(replace(BASE, **changes), BatchLayout(32, 2), None)
+    saved = fingerprint(BASE, BatchLayout(32, 2), {})
+    current = fingerprint(replace(BASE, **changes), BatchLayout(32, 2), {})
     check_fingerprint(saved, current, Path("ck"))
 
 
@@ -71,8 +72,8 @@ def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -
 def test_a_different_configuration_is_named(
     changes: dict[str, Any], batch: BatchLayout, message: str
 ) -> None:
-    saved = fingerprint(BASE, BatchLayout(32, 2), None)
-    current = fingerprint(replace(BASE, **changes), batch, None)
+    saved = fingerprint(BASE, BatchLayout(32, 2), {})
+    current = fingerprint(replace(BASE, **changes), batch, {})
     with pytest.raises(
         DdpimgError, match=r"checkpoint ck belongs to another configuration; "
     ) as err:
@@ -87,16 +88,16 @@ def test_every_strategy_continues_on_another_world_size(strategy: str) -> None:
     batches of 8) give one fingerprint, and a checkpoint of the first continues on the
     others (DeepSpeed's through its universal form)."""
     config = replace(BASE, strategy=strategy)
-    saved = fingerprint(config, BatchLayout(32, 2), None)
+    saved = fingerprint(config, BatchLayout(32, 2), {})
     for batch in (BatchLayout(16, 4), BatchLayout(64, 1, 8)):
-        check_fingerprint(saved, fingerprint(config, batch, None), Path("ck"))
+        check_fingerprint(saved, fingerprint(config, batch, {}), Path("ck"))
 
 
 def test_a_checkpoint_that_recorded_its_world_size_continues_on_another() -> None:
     """Checkpoints of DeepSpeed runs written before resharding recorded the world size in
     their fingerprint; a key only they know is not compared."""
-    saved = fingerprint(replace(BASE, strategy="deepspeed"), BatchLayout(32, 2), None)
-    current = fingerprint(replace(BASE, strategy="deepspeed"), BatchLayout(64, 1), None)
+    saved = fingerprint(replace(BASE, strategy="deepspeed"), BatchLayout(32, 2), {})
+    current = fingerprint(replace(BASE, strategy="deepspeed"), BatchLayout(64, 1), {})
     check_fingerprint(saved | {"world_size": 2}, current, Path("ck"))
 
 
@@ -261,7 +262,20 @@ def test_the_fingerprint_is_the_flat_configs(
     expected = (
         FLAT_COMMON | FLAT_OPTIONS | flat | {"trainer": trainer, "global_batch": global_batch}
     )
-    assert fingerprint(config, BatchLayout.of(config, 4), None) == expected
+    assert fingerprint(config, BatchLayout.of(config, 4), {}) == expected
+
+
+def test_another_vocabulary_is_named() -> None:
+    saved = fingerprint(BASE, BatchLayout(32, 2), {"vocabulary": 50257})
+    current = fingerprint(BASE, BatchLayout(32, 2), {"vocabulary": 50300})
+    message = (
+        r"the model's vocabulary \(the data's tokenizer's, or --init-from's\): 50257 in the "
+        r"checkpoint, 50300 now"
+    )
+    with pytest.raises(DdpimgError, match=message):
+        check_fingerprint(saved, current, Path("ck"))
+    # A checkpoint from before the vocabulary was recorded continues.
+    check_fingerprint(fingerprint(BASE, BatchLayout(32, 2), {}), current, Path("ck"))
 
 
 def test_the_micro_batch_may_change_but_what_batchnorm_normalises_over_may_not() -> None:
@@ -269,12 +283,12 @@ def test_the_micro_batch_may_change_but_what_batchnorm_normalises_over_may_not()
     samples of one forward pass are its statistics, so a changed number is named."""
     micro = replace(BASE, micro_batch_size=8)
     check_fingerprint(
-        fingerprint(BASE, BatchLayout(32, 2), None),
-        fingerprint(micro, BatchLayout(64, 1, 8), None),
+        fingerprint(BASE, BatchLayout(32, 2), {}),
+        fingerprint(micro, BatchLayout(64, 1, 8), {}),
         Path("ck"),
     )
-    saved = fingerprint(BASE, BatchLayout(32, 2), 64)
-    current = fingerprint(micro, BatchLayout(64, 1, 8), 8)
+    saved = fingerprint(BASE, BatchLayout(32, 2), {"batchnorm_samples": 64})
+    current = fingerprint(micro, BatchLayout(64, 1, 8), {"batchnorm_samples": 8})
     message = (
         r"checkpoint ck belongs to another configuration; the samples BatchNorm normalises "
         r"over in one forward pass \(--micro-batch-size x world size; --micro-batch-size alone "

@@ -186,16 +186,16 @@ def resolve_resume(
     ctx: DistContext,
     batch: BatchLayout,
     stream: TextIO,
-    batchnorm_samples: int | None,
+    task_facts: Mapping[str, int],
 ) -> Resume | None:
     """The checkpoint every rank continues from, or None for a new run of ``batch``
-    (``batchnorm_samples``: ``Task.batchnorm_samples``, for the fingerprint). Collective: rank 0
+    (``task_facts``: ``Task.fingerprint``, for the fingerprint). Collective: rank 0
     chooses (``choose_checkpoint``) and broadcasts its choice or its error; then every rank
     must see the same ``--out`` (``check_shared``): checkpoints are written and read by all
     ranks."""
     import torch.distributed as dist
 
-    current = fingerprint(config, batch, batchnorm_samples)
+    current = fingerprint(config, batch, task_facts)
     root = config.out / CHECKPOINTS
     probe = root / f".probe-{secrets.token_hex(8)}"
     outcome: list[object] = [None]

@@ -48,6 +48,8 @@ from ddpimg.train.checkpoint.structure import mismatch, unusable
 from ddpimg.train.outputs import utc_now
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint.resume import Resume
@@ -100,8 +102,8 @@ def _release_open_files(err: BaseException) -> None:
 class Checkpointer:
     """The checkpoints of the run ``config`` in the world ``ctx``; ``recorder`` is rank 0's
     (None elsewhere), whose metrics.jsonl length each checkpoint records; ``batch`` is
-    recorded with each (a resume on another world size keeps its global size), and so is
-    ``batchnorm_samples`` (``Task.batchnorm_samples``, in the fingerprint)."""
+    recorded with each (a resume on another world size keeps its global size), and so are
+    ``task_facts`` (``Task.fingerprint``, in the fingerprint)."""
 
     def __init__(
         self,
@@ -112,10 +114,10 @@ class Checkpointer:
         recorder: RunRecorder | None,
         *,
         batch: BatchLayout,
-        batchnorm_samples: int | None,
+        task_facts: Mapping[str, int],
     ) -> None:
         self.config = config
-        self.batchnorm_samples = batchnorm_samples
+        self.task_facts = task_facts
         self.ctx = ctx
         self.batch = batch
         self.strategy = strategy
@@ -204,7 +206,7 @@ class Checkpointer:
                 world_size=self.batch.world_size,
                 global_batch=self.batch.global_size,
                 strategy=self.strategy.name,
-                fingerprint=fingerprint(self.config, self.batch, self.batchnorm_samples),
+                fingerprint=fingerprint(self.config, self.batch, self.task_facts),
                 metrics_lines=self.recorder.sync_metrics() if self.recorder else 0,
                 reason=reason,
                 saved_utc=utc_now(),

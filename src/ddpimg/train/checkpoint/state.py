@@ -20,7 +20,7 @@ from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.tasks import FREE_TO_CHANGE_OPTIONS, arguments_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.config import TrainConfig
@@ -172,18 +172,15 @@ def _check_ranges(record: CheckpointRecord, path: Path, bad: Callable[[str], Ddp
 
 
 def fingerprint(
-    config: TrainConfig, batch: BatchLayout, batchnorm_samples: int | None
+    config: TrainConfig, batch: BatchLayout, task_facts: Mapping[str, int]
 ) -> dict[str, Any]:
     """The options that decide the loss trajectory, as JSON values (the batch options as
-    ``batch``'s global size; no world size: every strategy continues on any); with a model
-    that has BatchNorm, the samples it normalises over in one forward pass
-    (``Task.batchnorm_samples``)."""
+    ``batch``'s global size; no world size: every strategy continues on any), and what the
+    task adds (``Task.fingerprint``: BatchNorm's samples, a vocabulary)."""
     values = {k: v for k, v in arguments_json(config).items() if k not in FREE_TO_CHANGE}
     values["data"] = "synthetic" if config.data == SYNTHETIC else "files"
     values["global_batch"] = batch.global_size
-    if batchnorm_samples is not None:
-        values["batchnorm_samples"] = batchnorm_samples
-    return values
+    return values | dict(task_facts)
 
 
 def _describe(key: str) -> str:
@@ -191,6 +188,8 @@ def _describe(key: str) -> str:
         return "the trainer"
     if key == "global_batch":
         return "the global batch (--batch-size x world size, or --global-batch-size)"
+    if key == "vocabulary":
+        return "the model's vocabulary (the data's tokenizer's, or --init-from's)"
     if key == "batchnorm_samples":
         return (
             "the samples BatchNorm normalises over in one forward pass (--micro-batch-size "

@@ -100,12 +100,14 @@ class Task(Protocol):
         wrapped (or sharded) the model, with the module whose parameters are trained."""
         ...
 
-    def batchnorm_samples(self) -> int | None:
-        """How many samples the model's batch-statistics layers (BatchNorm) normalise over in
-        one forward pass, when it has any; None when it has none. A model without them
-        trains the same whatever the micro-batch (the loss and gradient are the mean over
-        the global batch); one with them trains on statistics of this many samples, so a
-        checkpoint continues only where this number stays (its fingerprint holds it)."""
+    def fingerprint(self) -> dict[str, int]:
+        """What besides the options decides the model or its trajectory, recorded in every
+        checkpoint's fingerprint so that a resume that changes it is refused by name; empty
+        when the options are all. ``batchnorm_samples``: how many samples a model's
+        batch-statistics layers (BatchNorm) normalise over in one forward pass (a model
+        without them trains the same whatever the micro-batch; one with them on statistics
+        of this many samples). ``vocabulary``: the tokens a language model reads and
+        predicts, which its data or initial weights decide."""
         ...
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:

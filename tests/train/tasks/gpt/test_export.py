@@ -23,9 +23,12 @@ SHAPE = GptConfig(n_layer=1, n_head=2, n_embd=8, block_size=16, vocab_size=64)
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16, "vocab_size": 64}
 
 
-def write_run(run: Path, data: dict[str, Any], state: Any = None) -> None:
+def write_run(
+    run: Path, data: dict[str, Any], state: Any = None, task_facts: dict[str, int] | None = None
+) -> None:
     """A train gpt run (DDP) with one checkpoint holding ``state`` (the model's own by
-    default) and ``data`` as its manifest's data entry."""
+    default) and ``task_facts`` in its fingerprint, and ``data`` as its manifest's data
+    entry."""
     checkpoint = run / "checkpoints" / "step-00000001"
     (checkpoint / "ddp").mkdir(parents=True)
     torch.manual_seed(0)
@@ -36,7 +39,7 @@ def write_run(run: Path, data: dict[str, Any], state: Any = None) -> None:
         world_size=1,
         global_batch=2,
         strategy="ddp",
-        fingerprint={"trainer": "gpt"},
+        fingerprint={"trainer": "gpt"} | (task_facts or {}),
         metrics_lines=0,
         reason="interval",
         saved_utc="2026-01-01T00:00:00Z",
@@ -47,9 +50,23 @@ def write_run(run: Path, data: dict[str, Any], state: Any = None) -> None:
 
 
 def test_a_valid_run_exports(tmp_path: Path) -> None:
+    # As ddpimg wrote manifests before the padding was the model's own: the padded size.
     write_run(tmp_path / "run", {"model": MODEL, "vocabulary": 60, "eot_token": 59})
     export(tmp_path / "run", tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["vocab_size"] == 60
+
+
+def test_the_checkpoints_vocabulary_must_be_the_manifests(tmp_path: Path) -> None:
+    # Vocabularies of 60 and 62 both pad to SHAPE's 64 rows: only the record tells them apart.
+    model = MODEL | {"vocab_size": 60}
+    write_run(tmp_path / "run", {"model": model, "vocabulary": 60}, task_facts={"vocabulary": 62})
+    with pytest.raises(
+        DdpimgError,
+        match=r"step-00000001 has a vocabulary of 62 tokens, .*manifest.json one of 60\n"
+        r"  hint: the checkpoint and manifest.json come from different runs",
+    ):
+        export(tmp_path / "run", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,19 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.dropout import DropoutContext
 from ddpimg.train.tasks.gpt import GptOptions
 from ddpimg.train.tasks.gpt.config import GptConfig
+from ddpimg.train.tasks.gpt.export import export
 from ddpimg.train.tasks.gpt.hf import load_pretrained, read_config, write_hf_dir
 from ddpimg.train.tasks.gpt.model import Gpt
 from ddpimg.train.tasks.gpt.task import GptTask
 from tests.train.contexts import single_process
+from tests.train.tasks.gpt.test_export import write_run
 
 # ddpimg's GPT and transformers' GPT2LMHeadModel compute the same logits in another order:
 # they differ by at most 3.0e-7 at logits up to 1.2 (AVX2 kernels and
@@ -102,6 +105,39 @@ def test_export_loads_back_into_transformers(tmp_path: Path) -> None:
     assert torch.allclose(hf_logits(loaded, tokens), expected, atol=TOLERANCE, rtol=0)
     with pytest.raises(DdpimgError, match=r"out exists already"):
         write_hf_dir(tmp_path / "out", shape, model.state_dict(), vocabulary=100, eot_token=99)
+
+
+def test_a_gpt2_goes_through_init_from_and_export_bit_for_bit(tmp_path: Path) -> None:
+    """GPT-2's 97 tokens are 128 rows inside ddpimg's model, invisible outside: its logits
+    are transformers' over the 97, the checkpoint records 97, and ``ddpimg export`` writes
+    back the very tensors it was given."""
+    reference = hf_model()
+    reference.save_pretrained(tmp_path / "hf")
+    run = tmp_path / "run"
+    config = TrainConfig(trainer="gpt", options=GptOptions(init_from=str(tmp_path / "hf")), out=run)
+    task = GptTask(config, single_process())
+    model = task.build_model(DropoutContext(1))
+    assert isinstance(model, Gpt)
+    assert model.wte.weight.shape == (128, 32)
+    assert int(torch.count_nonzero(model.wte.weight[97:])) == 0
+    tokens = torch.randint(0, 97, (3, 32), generator=torch.Generator().manual_seed(4))
+    logits = hf_logits(reference, tokens)
+    assert torch.allclose(ours(model, tokens), logits, atol=TOLERANCE, rtol=0)
+    assert task.fingerprint() == {"vocabulary": 97}
+    facts = task.data_facts()
+    assert (facts["vocabulary"], facts["model"]["vocab_size"]) == (97, 97)
+    write_run(run, facts, model.state_dict(), task.fingerprint())
+    export(run, tmp_path / "out")
+    given, written = (
+        load_file(str(directory / "model.safetensors"))
+        for directory in (tmp_path / "hf", tmp_path / "out")
+    )
+    assert written.keys() == given.keys()
+    for key, tensor in given.items():
+        assert torch.equal(written[key], tensor), key
+    exported = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out").eval()
+    assert exported.config.vocab_size == 97
+    assert torch.equal(hf_logits(exported, tokens), logits)
 
 
 def _edit_config(directory: Path, **changes: object) -> None:

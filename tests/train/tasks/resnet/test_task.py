@@ -92,7 +92,9 @@ def test_batchnorm_samples_are_a_forward_pass_of_the_statistics_group(
     tmp_path: Path, arch: str, flag: bool | None, world_size: int, expected: int | None
 ) -> None:
     config = resnet(tmp_path, arch=arch, sync_batchnorm=flag, batch_size=32, micro_batch_size=8)
-    assert task_of(config, single_process("cpu", world_size)).batchnorm_samples() == expected
+    task = task_of(config, single_process("cpu", world_size))
+    assert task.batchnorm_samples() == expected
+    assert task.fingerprint() == ({} if expected is None else {"batchnorm_samples": expected})
 
 
 @pytest.mark.parametrize(("batch", "lr"), [(32, 0.0125), (256, 0.1), (1024, 0.4)])

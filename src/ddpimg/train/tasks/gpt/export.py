@@ -13,7 +13,10 @@ Every file is read without unpickling code (``ddpimg.train.checkpoint.safeload``
 refused one stops the export with exit status 2, before DeepSpeed's converter sees it.
 
 The model's shape and the data's vocabulary come from the run's ``manifest.json`` (its
-``data`` entry), which is why the run directory is named, not only the checkpoint.
+``data`` entry), which is why the run directory is named, not only the checkpoint; the
+checkpoint's own record of the vocabulary must agree. The model holds the vocabulary padded
+to a multiple of 64 (``model.Gpt``); the export cuts the padding off, so the Hugging Face
+model has the data's vocabulary (50257 for GPT-2's) and the same logits.
 """
 
 from __future__ import annotations
@@ -116,6 +119,16 @@ def export(run: Path, target: Path, checkpoint: Path | None = None) -> Path:
         )
     facts = run_facts(run)
     shape, vocabulary, eot = export_shape(facts, run / MANIFEST)
+    # Checkpoints record the vocabulary (``GptTask.fingerprint``; older ones do not): the
+    # model's rows are it padded, so a manifest of another vocabulary padding to the same
+    # rows would pass the shape checks and cut the embedding at the wrong row.
+    recorded = record.fingerprint.get("vocabulary", vocabulary)
+    if recorded != vocabulary:
+        raise DdpimgError(
+            f"checkpoint {chosen} has a vocabulary of {recorded} tokens, {run / MANIFEST} "
+            f"one of {vocabulary}",
+            hint="the checkpoint and manifest.json come from different runs: " + RUN_HINT,
+        )
     loaded = model_state(chosen / record.strategy, record.strategy)
     check_state(loaded, shape, chosen)
     state = {key: value.float() for key, value in loaded.items()}

@@ -88,6 +88,10 @@ class ResnetTask:
             return "global"
         return "sync" if self.ctx.world_size > 1 else "local"
 
+    def fingerprint(self) -> dict[str, int]:
+        samples = self.batchnorm_samples()
+        return {} if samples is None else {"batchnorm_samples": samples}
+
     def batchnorm_samples(self) -> int | None:
         """Synchronised BatchNorm normalises over every rank's micro-batch of a forward
         pass, per-rank BatchNorm (``--no-sync-batchnorm``) over this rank's: with gradient

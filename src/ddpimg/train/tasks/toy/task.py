@@ -121,8 +121,8 @@ class ToyTask:
         learning_rate = self.config.learning_rate(SPEC.learning_rate)
         return torch.optim.Adam(model.parameters(), lr=learning_rate)
 
-    def batchnorm_samples(self) -> None:
-        return None  # no BatchNorm
+    def fingerprint(self) -> dict[str, int]:
+        return {}  # no BatchNorm, one shape
 
     def throughput(self, samples_per_s: float, world_size: int) -> dict[str, float | None]:
         return {}
