@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -105,6 +107,34 @@ def test_the_trials_are_bounded_and_the_answer_always_fitted(max_trials: int) ->
     assert found.batch == max(t.batch for t in found.trials if t.fits)
     # 9 trials: the doublings to 512 (7) and two bisections still leave a gap wider than 8.
     assert found.stopped == "trials used up"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    multiple=st.sampled_from([1, 2, 8, 32]),
+    start_units=st.integers(1, 16),
+    span_units=st.integers(0, 300),
+    boundary=st.integers(0, 12_000),
+    max_trials=st.integers(1, 30),
+)
+def test_any_search_reports_a_size_that_fitted_within_its_bounds(
+    multiple: int, start_units: int, span_units: int, boundary: int, max_trials: int
+) -> None:
+    start = multiple * start_units
+    limits = SearchLimits(start, start + multiple * span_units, multiple, max_trials)
+    device = FakeDevice(fits_up_to=boundary)
+    if boundary < start:
+        with pytest.raises(NoBatchFits):
+            find_largest_batch(device.trial, limits)
+        return
+    found = find_largest_batch(device.trial, limits)
+    assert len(found.trials) <= max_trials
+    assert all(t.batch % multiple == 0 and start <= t.batch <= limits.limit for t in found.trials)
+    assert start <= found.batch <= min(boundary, limits.limit)
+    assert any(t.batch == found.batch and t.fits for t in found.trials)
+    if found.stopped != "trials used up":
+        # The largest multiple of the granularity that fits, up to the limit.
+        assert found.batch == min(boundary // multiple * multiple, limits.limit)
 
 
 def test_a_granularity_of_one_finds_the_exact_boundary() -> None:
