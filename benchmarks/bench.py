@@ -22,6 +22,7 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--out benchmarks/results] [--markdown FILE]
+                               [--gpu-resnet-batch-size N] [--gpu-gpt-batch-size N]
 
 Results go to ``<out>/<hostname>-<date>.json``; a later run on the same day replaces the
 parts it ran and keeps the others, so one part can be rerun alone. The table of every
@@ -72,7 +73,9 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "scripts": lambda ns: scripts.run(ns.repeats),
     "image": lambda ns: image.run(ns.image_builds, ns.image_count),
     "data": lambda ns: data.run(ns.repeats),
-    "gpu": lambda ns: gpu.run(ns.gpu_dry_run),
+    "gpu": lambda ns: gpu.run(
+        ns.gpu_dry_run, {"resnet": ns.gpu_resnet_batch_size, "gpt": ns.gpu_gpt_batch_size}
+    ),
     "tokens": lambda ns: tokens.run(ns.repeats),
     "accumulation": lambda ns: accumulation.run(ns.repeats),
 }
@@ -124,12 +127,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run the gpu part's commands on the CPU at toy sizes (checks the plumbing only)",
     )
+    for model, name in (("resnet", "ResNet-50"), ("gpt", "GPT-124M")):
+        parser.add_argument(
+            gpu.BATCH_FLAGS[model],
+            type=int,
+            metavar="N",
+            help=f"the gpu part's {name} batch (default: on a GPU the largest that fits, "
+            "searched first; in the dry run its toy batch)",
+        )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     ns = parser.parse_args(argv)
     unknown = sorted(set(ns.parts.split(",")) - set(PARTS))
     if unknown:
         parser.error(f"unknown part {', '.join(unknown)}: choose from {', '.join(PARTS)}")
+    for flag in gpu.BATCH_FLAGS.values():
+        given = getattr(ns, flag.removeprefix("--").replace("-", "_"))
+        if given is not None and given < 1:
+            parser.error(f"{flag} {given}: give a batch of 1 or more")
     unknown = sorted(set(ns.models.split(",")) - set(ab.AB_MODELS))
     if unknown:
         parser.error(f"unknown model {', '.join(unknown)}: choose from {', '.join(ab.AB_MODELS)}")

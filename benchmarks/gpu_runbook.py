@@ -4,6 +4,7 @@ the steps: benchmarks/runbook/plan.py).
 
     python benchmarks/gpu_runbook.py --part 1|2|3|all [--dry-run] [--out DIR] [--budget-s S]
         [--jobs N] [--only PATTERN,...] [--matrix sample|full] [--wheels DIR] [--list]
+        [--resnet-batch-size N] [--gpt-batch-size N]
 
 On the lent GPU machine, from the repository with the wheel folder carried (``nox -s
 device-wheels`` makes it): each part installs the wheels, then runs its steps while its
@@ -11,8 +12,10 @@ budget lasts, and writes ``runbook-partN.json`` (every figure), ``runbook-partN.
 table) and ``runbook-partN.log`` (every command's output tail) into ``--out`` (default:
 $OUT, else runs/gpu-runbook), and prints a summary of at most 12,000 characters last.
 ``--dry-run`` runs the same plan on the CPU at toy sizes (Gloo, fp32 and bf16, tiny models,
-a sample of the matrix): what CI runs. Exit status 1 when a step failed (a missed goal is
-not a failure: it is a finding), 2 for bad arguments.
+a sample of the matrix): what CI runs. ResNet-50 and GPT-124M are measured at the largest
+batch that fits on the GPU, searched first, unless ``--resnet-batch-size`` /
+``--gpt-batch-size`` give it (the dry run keeps its toy batches). Exit status 1 when a step
+failed (a missed goal is not a failure: it is a finding), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runbook import commands, report
+from runbook import bench_steps, commands, report
 from runbook.commands import PYTHON, RunLog
 from runbook.deadline import Deadline
 from runbook.model import Context, Outcome, Step
@@ -78,8 +81,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--work", type=Path, default=None, help="scratch (default: a temporary one)"
     )
+    for model, name in (("resnet", "bench-resnet50"), ("gpt", "bench-gpt124m")):
+        parser.add_argument(
+            bench_steps.BATCH_FLAGS[model],
+            type=int,
+            metavar="N",
+            help=f"{name}'s batch (default: the largest that fits on the GPU, searched first; "
+            "the dry run's toy batch)",
+        )
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     ns = parser.parse_args(argv)
+    ns.batches = {
+        model: getattr(ns, flag.removeprefix("--").replace("-", "_"))
+        for model, flag in bench_steps.BATCH_FLAGS.items()
+    }
+    for model, given in ns.batches.items():
+        if given is not None and given < 1:
+            parser.error(f"{bench_steps.BATCH_FLAGS[model]} {given}: give a batch of 1 or more")
     if ns.budget_s is None:
         ns.budget_s = DRY_RUN_BUDGET_S if ns.dry_run else DEFAULT_BUDGET_S
     if ns.budget_s <= RESERVE_S:
@@ -158,6 +176,7 @@ def run_part(
         only=tuple(filter(None, ns.only.split(","))),
         full_matrix=ns.matrix == "full",
         facts=facts,
+        batches=ns.batches,
     )
     ctx.work.mkdir(parents=True, exist_ok=True)
     header: dict[str, Any] = {

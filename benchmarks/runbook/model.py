@@ -57,6 +57,8 @@ class Context:
     only: tuple[str, ...] = ()
     full_matrix: bool = False
     facts: dict[str, Any] = field(default_factory=dict)
+    # The batch a flag gave the benchmark of a model (resnet, gpt): no search on the GPU.
+    batches: dict[str, int | None] = field(default_factory=dict)
 
     def selected(self, name: str) -> bool:
         """Whether ``--only`` lets ``name`` (a step, or a cell as ``step/trainer/...``) run: a

@@ -15,9 +15,12 @@ The GPU estimates are the seconds of the first GPU run (an H200, 2026-11-26,
 benchmarks/results/h200-2026-11-26-runbook-part*.json) with a quarter added, where a step ran
 there; the flight recorder's and the matrix cells' (``matrix.TRAINERS``) those of the second
 (2026-11-27, h200-2026-11-27-*); the others (bench-mnist, bench-resnet50-files,
-bench-gpt124m-shards) are still first guesses. A matrix step's estimate is that of one cell:
-its cells are budgeted one by one (bf16 first, fp16 last), so a part that runs short leaves
-out the last cells, named in the table, rather than the whole step.
+bench-gpt124m-shards) are still first guesses, and so are bench-resnet50's and
+bench-gpt124m's since they search the largest batch that fits (about 30 s of trials, then
+runs at several times the batch of 256 and 16 that took 60 s and 24 s). A matrix step's
+estimate is that of one cell: its cells are budgeted one by one (bf16 first, fp16 last), so
+a part that runs short leaves out the last cells, named in the table, rather than the whole
+step.
 """
 
 from __future__ import annotations
@@ -52,14 +55,14 @@ PLAN: tuple[Step, ...] = (
     Step("matrix", (2,), matrix.GOAL, matrix.matrix, 60, 20),
     Step("bench-mnist", (3,), f"MNIST 5 epochs >= {bench_steps.MNIST_SPEEDUP:.0f}x faster than "
          "the tutorial-style loop, same final accuracy", bench_steps.bench_mnist, 120, 20),
-    Step("bench-resnet50", (3,), f"ResNet-50 bf16 + channels_last >= "
-         f"{bench_steps.RESNET_IMAGES_PER_S:,.0f} images/s on an H100, >= the reference loop",
-         bench_steps.bench_resnet, 75, 25),
+    Step("bench-resnet50", (3,), f"ResNet-50 bf16 + channels_last, the largest batch that "
+         f"fits: >= {bench_steps.RESNET_IMAGES_PER_S:,.0f} images/s on an H100, >= the "
+         "reference loop", bench_steps.bench_resnet, 150, 25),
     Step("bench-resnet50-files", (3,), f"ResNet-50 bf16 on generated JPEG files >= "
          f"{bench_steps.FILES_VS_SYNTHETIC:.1f}x the images/s on synthetic images",
          bench_steps.bench_resnet_files, 150, 30),
-    Step("bench-gpt124m", (3,), f"GPT-124M bf16: MFU >= {100 * bench_steps.GPT_MFU:.0f}%",
-         bench_steps.bench_gpt, 30, 15),
+    Step("bench-gpt124m", (3,), f"GPT-124M bf16, the largest batch that fits: MFU >= "
+         f"{100 * bench_steps.GPT_MFU:.0f}%", bench_steps.bench_gpt, 75, 15),
     Step("bench-gpt124m-shards", (3,), f"GPT-124M bf16 on llm.c token shards >= "
          f"{bench_steps.SHARDS_VS_SYNTHETIC:.2f}x the tokens/s on synthetic tokens",
          bench_steps.bench_gpt_shards, 90, 20),
