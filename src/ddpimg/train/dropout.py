@@ -106,7 +106,9 @@ def _eager(function: _Function) -> _Function:
     """``function`` run eagerly under ``--compile`` (``ddpimg.train.compiling``): traced,
     its draws would come from the compiler's own random stream (inductor replaces
     torch.rand), not from the per-row generators, and the masks would depend on whether the
-    model was compiled. Dynamo breaks the graph around it."""
+    model was compiled. Dynamo breaks the graph around it. torch 2.14's dynamo cannot trace
+    ``Generator.manual_seed`` and breaks there anyway (with a warning per call site); this
+    says so on purpose, whatever a later dynamo learns to trace."""
     # torch.compiler.disable carries no annotations (torch 2.14).
     disabled = torch.compiler.disable(function)  # type: ignore[no-untyped-call]
     return cast("_Function", disabled)
