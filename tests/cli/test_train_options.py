@@ -72,6 +72,9 @@ def test_defaults_are_the_tutorials() -> None:
         (["--gamma", "1"], "gamma", 1.0),
         (["--warmup-steps", "0"], "warmup_steps", 0),
         (["--precision", "fp32"], "precision", "fp32"),
+        (["--compile"], "compile", True),
+        (["--compile", "--compile-backend", "aot_eager"], "compile_backend", "aot_eager"),
+        (["--compile"], "compile_backend", None),
     ],
 )
 def test_flag_sets_field(argv: list[str], field: str, value: object) -> None:
@@ -128,6 +131,10 @@ def test_an_empty_runs_variable_is_an_error() -> None:
             ["--strategy", "deepspeed", "--zero-stage", "4"],
             r"--zero-stage must be one of 0, 1, 2, 3, got 4",
         ),
+        (
+            ["--compile-backend", "eager"],
+            r"--compile-backend eager was given without --compile\n  hint: add --compile",
+        ),
     ],
 )
 def test_invalid_value_names_flag_and_value(argv: list[str], message: str) -> None:
@@ -142,6 +149,7 @@ def test_invalid_value_names_flag_and_value(argv: list[str], message: str) -> No
         ["resnet50"],
         ["--strategy", "horovod"],
         ["--precision", "fp8"],
+        ["--compile", "--compile-backend", "cudagraphs"],
     ],
 )
 def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,6 +169,10 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
         ({"batch_size": 8, "global_batch_size": 16}, r"got --batch-size 8 and --global-batch"),
         ({"precision": "fp8"}, r"--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),
+        (
+            {"compile": True, "compile_backend": "tvm"},
+            r"--compile-backend must be one of inductor, aot_eager, eager, got 'tvm'",
+        ),
     ],
 )
 def test_config_validates_on_construction(config: dict[str, object], message: str) -> None:

@@ -51,6 +51,7 @@ LONGEST_FIRST = (
     "test_crafted_checkpoints.py",  # ~110 s
     "test_chaos.py",  # ~105 s
     "test_tracker_sync.py",  # ~80 s
+    "test_compile.py",  # ~80 s: two gloo groups, inductor's toy compile ~17 s of it
     "test_stalls.py",  # ~80 s
     "test_run_directories.py",  # ~65 s: three short runs, four refusals at start-up
 )

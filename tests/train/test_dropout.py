@@ -121,3 +121,32 @@ def test_stochastic_depth_is_off_in_evaluation() -> None:
     layer.eval()
     x = torch.randn(3, 2)
     assert layer(x) is x
+
+
+@pytest.mark.parametrize("mode", ["dropout", "row", "batch"])
+def test_compiled_models_draw_the_masks_outside_their_graphs(mode: str) -> None:
+    """Under torch.compile the draws run eagerly, from the per-row generators: no graph
+    holds a random op (inductor would replace it by its own stream), and the compiled
+    layer drops what the eager one drops. (torch 2.14's dynamo would break the graph at
+    the generator even without ``torch.compiler.disable``: this guards a later one.)"""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+        graphs.append(graph)
+        return graph.forward
+
+    context = DropoutContext(5)
+    context.position = BatchPosition(2, 4, 16)
+    layer: torch.nn.Module = (
+        GlobalBatchDropout(0.5, 0, context)
+        if mode == "dropout"
+        else GlobalStochasticDepth(0.5, mode, 0, context)
+    )
+    x = torch.randn(4, 6)
+    eager = layer(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: layer(x * 2) / 2, backend=recording)
+    assert torch.equal(compiled(x), eager)
+    targets = {str(node.target) for graph in graphs for node in graph.graph.nodes}
+    assert graphs
+    assert not {target for target in targets if "rand" in target or "bernoulli" in target}

@@ -167,7 +167,7 @@ FLAT_KEYS = {
     "workers", "bad_samples", "size", "seq_len", "eval_data", "init_from", "gpus_per_replica",
     "checkpoint_every", "keep_checkpoints", "resume", "preempt_signals", "preempt_check_every",
     "log_to", "project", "run_name", "run_group", "wandb_entity", "profile_steps",
-    "memory_snapshot",
+    "memory_snapshot", "compile", "compile_backend",
 }  # fmt: skip
 
 

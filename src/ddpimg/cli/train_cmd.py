@@ -16,6 +16,7 @@ from ddpimg.cli.launch_options import (
     add_site_options,
 )
 from ddpimg.cli.train_options import add_training_arguments, train_config
+from ddpimg.errors import DdpimgError
 from ddpimg.plan import LaunchPlan
 from ddpimg.script.launch import (
     boot_program,
@@ -76,6 +77,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     startup.mark("plan")
     if args.script is not None:
         check_script(args.script)
+        if args.compile:
+            raise DdpimgError(
+                "--compile compiles a bundled trainer's model; a --script compiles its own",
+                hint="drop --compile and call torch.compile(model) in your script",
+            )
     if launch.local_workers:
         program: list[str] | None = None  # None: train again, in each worker
         if args.script:

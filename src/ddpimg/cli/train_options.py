@@ -21,6 +21,7 @@ from ddpimg.trace_breakdown import PROFILE_DIR
 from ddpimg.trackers import LOG_TO_VARIABLE, TRACKERS, check_trackers, log_to_setting
 from ddpimg.trackers.settings import DEFAULT_PROJECT
 from ddpimg.train.config import (
+    COMPILE_BACKENDS,
     DEFAULT_BATCH_SIZE,
     PRECISIONS,
     SYNTHETIC,
@@ -144,6 +145,20 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         f"loss scaling (GPUs without bf16, e.g. V100); auto: bf16 for {bf16_trainers} on a "
         "GPU, fp32 otherwise; with --strategy deepspeed, DeepSpeed's own bf16/fp16 instead of "
         "autocast (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the model with torch.compile, in place (checkpoints load with or "
+        "without it); the compile time is reported apart (stderr, the summary's compile_s) "
+        "and left out of the throughput",
+    )
+    parser.add_argument(
+        "--compile-backend",
+        default=None,
+        choices=COMPILE_BACKENDS,
+        help="torch.compile's backend, with --compile: inductor generates kernels (needs a C "
+        "compiler on the CPU); aot_eager and eager only trace, quickly (default: inductor)",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -314,6 +329,8 @@ def train_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         wandb_entity=args.wandb_entity,
         profile_steps=None if args.profile is None else parse_profile_steps(args.profile),
         memory_snapshot=args.memory_snapshot,
+        compile=args.compile,
+        compile_backend=args.compile_backend,
         options=trainer_options(args.trainer, vars(args)),
     )
     trainer_for(config)

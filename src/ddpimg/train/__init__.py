@@ -59,6 +59,10 @@ def run_training(
     trainer = trainer_for(config)
     strategy_spec = strategy_for(config)
     check_pairing(trainer, strategy_spec, config, ctx.device.type)
+    if config.compile:
+        from ddpimg.train.compiling import DEFAULT_BACKEND, check_compiler
+
+        check_compiler(config.compile_backend or DEFAULT_BACKEND, ctx.device.type, os.environ)
     config = config.with_auto_precision(trainer.auto_precision(ctx.device.type))
     batch = BatchLayout.of(config, ctx.world_size)  # fails before anything is written
     if runs is not None:

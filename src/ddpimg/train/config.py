@@ -21,6 +21,10 @@ from ddpimg.train.options import TrainerOptions, check_at_least, check_choice
 from ddpimg.train.preempt_signals import DEFAULT_SIGNALS, parse_signals
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# torch.compile backends ``--compile-backend`` takes: inductor generates kernels (gcc on the
+# CPU); aot_eager and eager trace the same graphs but run torch's own kernels, compiling in
+# a fraction of the time (a cheap check that a model and strategy compile at all).
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 ZERO_STAGES = (0, 1, 2, 3)
 # Samples per rank and step of the origin tutorials; trainers with larger models set less.
 DEFAULT_BATCH_SIZE = 64
@@ -72,6 +76,9 @@ class TrainConfig:
     wandb_entity: str | None = None
     profile_steps: tuple[int, int] | None = None
     memory_snapshot: bool = False
+    compile: bool = False
+    #: ``--compile-backend``; None: not given (inductor, with ``--compile``).
+    compile_backend: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -160,6 +167,7 @@ def _validate(config: TrainConfig) -> None:
         )
     _validate_checkpoint_flags(config)
     _validate_observability_flags(config)
+    _validate_compile_flags(config)
     if config.lr is not None and not (math.isfinite(config.lr) and config.lr > 0):
         raise DdpimgError(
             f"--lr must be a positive number, got {config.lr}",
@@ -182,6 +190,17 @@ def _validate_checkpoint_flags(config: TrainConfig) -> None:
         raise DdpimgError("--resume is empty", hint="give auto, none or a checkpoint directory")
     if config.preempt_signals:
         parse_signals(",".join(config.preempt_signals))
+
+
+def _validate_compile_flags(config: TrainConfig) -> None:
+    if config.compile_backend is None:
+        return
+    check_choice("--compile-backend", config.compile_backend, COMPILE_BACKENDS)
+    if not config.compile:
+        raise DdpimgError(
+            f"--compile-backend {config.compile_backend} was given without --compile",
+            hint="add --compile, or drop --compile-backend",
+        )
 
 
 def _validate_observability_flags(config: TrainConfig) -> None:

@@ -17,12 +17,16 @@ others use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
 from ddpimg.train.seeding import derive_seed
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,19 @@ class GlobalStochasticDepth(nn.Module):
         return x * (keep / survival if survival > 0 else keep)
 
 
+def _eager(function: _Function) -> _Function:
+    """``function`` run eagerly under ``--compile`` (``ddpimg.train.compiling``): traced,
+    its draws would come from the compiler's own random stream (inductor replaces
+    torch.rand), not from the per-row generators, and the masks would depend on whether the
+    model was compiled. Dynamo breaks the graph around it. torch 2.14's dynamo cannot trace
+    ``Generator.manual_seed`` and breaks there anyway (with a warning per call site); this
+    says so on purpose, whatever a later dynamo learns to trace."""
+    # torch.compiler.disable carries no annotations (torch 2.14).
+    disabled = torch.compiler.disable(function)  # type: ignore[no-untyped-call]
+    return cast("_Function", disabled)
+
+
+@_eager
 def row_draws(
     context: DropoutContext, layer: int, x: torch.Tensor, tail: tuple[int, ...] | torch.Size
 ) -> torch.Tensor:
@@ -122,6 +139,7 @@ def row_draws(
     return draws
 
 
+@_eager
 def _generated(
     context: DropoutContext, layer: int, device: torch.device, shape: tuple[int, ...]
 ) -> torch.Tensor:

@@ -64,6 +64,7 @@ from ddpimg.runtime.stall.watch import RankProgress
 from ddpimg.train import startup
 from ddpimg.train.checkpoint.saver import Checkpointer
 from ddpimg.train.checkpoint.state import LoopState
+from ddpimg.train.compiling import DEFAULT_BACKEND, CompileClock
 from ddpimg.train.dropout import BatchPosition, DropoutContext
 from ddpimg.train.preempted import Preempted
 from ddpimg.train.profiling import StepProfiler, profile_window
@@ -94,7 +95,9 @@ class Summary:
     (images/s, tokens/s, MFU), written as fields of their own. ``micro_batch_size``: samples
     per rank and forward pass, ``accumulation_steps`` of them per rank and step.
     ``skipped_samples``: samples replaced because they could not be read, over all ranks
-    (``--bad-samples skip``)."""
+    (``--bad-samples skip``). ``compile_s``: with ``--compile``, rank 0's seconds spent
+    compiling (training and evaluation), which no rate counts; absent from the record
+    without it."""
 
     steps: int
     epochs: int
@@ -111,10 +114,13 @@ class Summary:
     steady_samples_per_s: float | None = None
     skipped_samples: int = 0
     throughput: dict[str, float | None] = field(default_factory=dict)
+    compile_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         del record["throughput"]
+        if self.compile_s is None:
+            del record["compile_s"]
         return record | self.throughput
 
 
@@ -169,6 +175,10 @@ class Trainer:
         start = self.checkpoints.restore(resume)
         if resume is not None:
             self.progress.saved(str(resume.path), start.step)
+        # Compiling is lazy: this only marks the module; the first steps compile.
+        self.compiling = CompileClock() if config.compile else None
+        if config.compile:
+            strategy.compile(config.compile_backend or DEFAULT_BACKEND)
         startup.mark("model")
 
         self._half = half_dtype(config.precision)
@@ -213,6 +223,9 @@ class Trainer:
         with contextlib.ExitStack() as stack:
             if self.profiler is not None:
                 stack.callback(self.profiler.close)
+            if self.compiling is not None:
+                self.compiling.open()
+                stack.callback(self.compiling.close)
             while not (self.epoch_done and self.step >= self.total_steps):
                 if self.epoch_done:
                     self.epoch, self.index, self.epoch_done = self.epoch + 1, 0, False
@@ -279,6 +292,8 @@ class Trainer:
         self.strategy.step()
         self.strategy.zero_grad()
         self._local_sum = local_sum
+        if self.compiling is not None:
+            self._leave_out_compiling(self.compiling, first)
         if first:
             _synchronize(self.ctx.device)  # once: the first step's end, not its launch
             startup.mark("first_step")
@@ -286,6 +301,14 @@ class Trainer:
             if self.recorder is not None:
                 report = startup.startup_report(startup.marks(), startup.process_start_time())
                 self.recorder.startup(report)
+
+    def _leave_out_compiling(self, compiling: CompileClock, first: bool) -> None:
+        """Leave the step's compile time (none once every shape has compiled) out of the
+        throughput; after the first step, say on stderr how long it took."""
+        spent = compiling.take()
+        self.clock.leave_out(spent)
+        if first and self.recorder is not None:
+            print(f"ddpimg: compiled the model in {spent:.1f} s", file=sys.stderr, flush=True)
 
     def after_step(self, *, epoch_end: bool) -> None:
         """Logging, periodic checkpoints and the preemption check after a step;
@@ -329,6 +352,9 @@ class Trainer:
 
     def evaluate_and_report(self) -> None:
         self.eval_loss, self.eval_accuracy = self.evaluate()
+        if self.compiling is not None:
+            # Evaluation is left out of the throughput already, its compiling with it.
+            self.compiling.take()
         if self.recorder is not None:
             self.recorder.eval(
                 self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set),
@@ -406,6 +432,7 @@ class Trainer:
             steady_samples_per_s=steady,
             skipped_samples=int(skipped.item()),
             throughput={} if steady is None else self.task.throughput(steady, self.ctx.world_size),
+            compile_s=None if self.compiling is None else round(self.compiling.total_s, 3),
         )
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -470,15 +497,18 @@ class _Clock:
         spent = time.perf_counter() - began - (self.excluded_s - excluded_before)
         return (samples - counted) / max(spent, 1e-9)
 
+    def leave_out(self, spent_s: float) -> None:
+        """Count ``spent_s`` seconds that just passed as outside training."""
+        self.excluded_s += spent_s
+        self._mark_time += spent_s
+
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
         begin = time.perf_counter()
         try:
             yield
         finally:
-            spent = time.perf_counter() - begin
-            self.excluded_s += spent
-            self._mark_time += spent
+            self.leave_out(time.perf_counter() - begin)
 
 
 def _global_rng_state(device: torch.device) -> list[torch.Tensor]:

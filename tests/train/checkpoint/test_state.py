@@ -52,6 +52,8 @@ def test_fingerprint_leaves_out_what_may_change_and_adds_the_global_batch() -> N
         {"preempt_signals": ("TERM",), "preempt_check_every": 1, "eval_samples": 10},
         # The same global batch from per-rank batches.
         {"global_batch_size": None, "batch_size": 32},
+        # Compiled in place: the same state dicts (tests/integration/test_compile.py).
+        {"compile": True, "compile_backend": "aot_eager"},
     ],
 )
 def test_options_that_may_change_keep_the_fingerprint(changes: dict[str, Any]) -> None:

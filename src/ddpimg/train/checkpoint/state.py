@@ -59,6 +59,9 @@ FREE_TO_CHANGE = (
             "resume",
             "preempt_signals",
             "preempt_check_every",
+            # Compiled and eager modules share their state dicts (ddpimg.train.compiling).
+            "compile",
+            "compile_backend",
         }
     )
     | FREE_TO_CHANGE_OPTIONS

@@ -79,6 +79,12 @@ class Strategy(Protocol):
         loop's schedule sets)."""
         ...
 
+    def compile(self, backend: str) -> None:
+        """Compile the module ``wrap`` returned in place with ``backend`` (``--compile``):
+        its class and state-dict keys stay those of the eager module, so checkpoints load
+        either way (``ddpimg.train.compiling``)."""
+        ...
+
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: before the step's ``last``
         micro-batch (or its only one) the backward adds the gradients to those of the

@@ -64,6 +64,11 @@ class DdpStrategy:
         )
         return self._wrapped
 
+    def compile(self, backend: str) -> None:
+        # DDP itself compiled: dynamo then splits the graph at DDP's bucket boundaries
+        # (its DDPOptimizer), so the all-reduce of a bucket still overlaps the backward.
+        wrapped(self._wrapped, "DdpStrategy").compile(backend=backend)
+
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:
         wrapped_model = self._wrapped
         if last or not isinstance(wrapped_model, DistributedDataParallel):

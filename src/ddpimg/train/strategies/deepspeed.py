@@ -185,6 +185,11 @@ class DeepSpeedStrategy:
         module: nn.Module = engine
         return module
 
+    def compile(self, backend: str) -> None:
+        # DeepSpeed's own: it compiles the engine's module in place (nn.Module.compile),
+        # its ZeRO hooks around it, and turns off what would break the graph.
+        self.engine.compile(backend=backend)
+
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:
         # The boundary is set, not counted: DeepSpeed's own micro-step counter would count
         # from the checkpoint's micro-steps after a resume with another accumulation.

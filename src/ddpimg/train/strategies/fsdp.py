@@ -110,6 +110,11 @@ class FsdpStrategy:
         self._model, self._optimizer = model, make_optimizer(model)
         return model
 
+    def compile(self, backend: str) -> None:
+        # After fully_shard, as FSDP2 asks: its all-gathers and reduce-scatters run in its
+        # hooks around each unit, outside the graphs dynamo captures between them.
+        self.model.compile(backend=backend)
+
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:
         from torch.distributed.fsdp import FSDPModule
 
