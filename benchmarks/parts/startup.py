@@ -18,6 +18,7 @@ same interpreter and packages, that tree's ddpimg on PYTHONPATH). The issue's go
 from __future__ import annotations
 
 import itertools
+import resource
 import statistics
 import subprocess
 import time
@@ -71,36 +72,45 @@ def phases(run: TrainRun) -> dict[str, float]:
 # --log-every 1, --out and --resume none).
 FIRST_STEP = ["mnist", "--data", "synthetic"]
 GOAL_OVER_TORCH_S = 3.0
-# The breakdown's rows, from a run's marks: (label, phases summed). "ddpimg's own" is
-# launch + plan + imports + setup less `python -c 'import torch'` (added in ``split``).
+# The breakdown's rows, all but the first from the run's own marks (``split``), so that they
+# add up to its whole process even on a loaded machine.
 BREAKDOWN = (
-    ("interpreter (`python -c pass`)", ()),
-    ("torch import (`python -c 'import torch'` less the interpreter)", ()),
-    ("ddpimg's own: CLI, topology + site, its imports, run directory", ()),
-    ("rendezvous (init_process_group)", ("process_group",)),
-    ("data (the synthetic set made)", ("data",)),
-    ("model + optimizer (torch's optimizer imports Dynamo)", ("model",)),
-    ("first step", ("first_step",)),
-    ("after the first step: evaluation, checkpoint, exit", ()),
+    "interpreter (`python -c pass`)",
+    "ddpimg's CLI, topology + site, run directory",
+    "torch + ddpimg's trainer modules imported",
+    "rendezvous (init_process_group)",
+    "data (the synthetic set made)",
+    "model + optimizer (torch's optimizer imports Dynamo)",
+    "first step",
+    "after the first step: evaluation, checkpoint, exit",
 )
 SOURCE = HERE.parent / "src"
 
 
-def _wall(command: list[str]) -> float:
-    began = time.perf_counter()
+def _child_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(command: list[str]) -> dict[str, float]:
+    """Wall and CPU seconds (user + system: less sensitive than wall to a busy machine)."""
+    cpu, began = _child_cpu_s(), time.perf_counter()
     subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - began
+    return {"wall": time.perf_counter() - began, "cpu": _child_cpu_s() - cpu}
 
 
-def split(seconds: dict[str, float], python_s: float, torch_s: float) -> dict[str, float]:
-    """One run's seconds per breakdown row, from its ``phases`` and ``wall`` (the whole
-    process) and the same round's ``python -c pass`` and ``python -c 'import torch'``."""
+def split(seconds: dict[str, float], python_s: float) -> dict[str, float]:
+    """One run's seconds per row of ``BREAKDOWN``, from its ``phases`` and ``wall`` (the
+    whole process) and the same round's ``python -c pass``, to the first step and whole."""
     to_first = seconds["total"]
-    own = sum(seconds[p] for p in ("launch", "plan", "imports", "setup")) - torch_s
-    parts = [python_s, torch_s - python_s, own]
-    parts += [sum(seconds[p] for p in summed) for _, summed in BREAKDOWN[3:7]]
-    parts.append(seconds["wall"] - to_first)
-    result = {label: value for (label, _), value in zip(BREAKDOWN, parts, strict=True)}
+    parts = [
+        python_s,
+        seconds["launch"] - python_s + seconds["plan"] + seconds["setup"],
+        *(seconds[phase] for phase in ("imports", "process_group", "data", "model")),
+        seconds["first_step"],
+        seconds["wall"] - to_first,
+    ]
+    result = dict(zip(BREAKDOWN, parts, strict=True))
     return result | {"to first step": to_first, "whole process": seconds["wall"]}
 
 
@@ -114,45 +124,53 @@ def breakdown(repeats: int, before: Path | None) -> tuple[list[Row], dict[str, A
         env = {"PYTHONPATH": str(src), "DDPIMG_KEEP_ENV": "PYTHONPATH"}
 
         def once() -> dict[str, float]:
+            cpu = _child_cpu_s()
             run = run_train(FIRST_STEP, steps=1, warmup=0, extra_env=env)
-            return phases(run) | {"wall": run.wall_s}
+            return phases(run) | {"wall": run.wall_s, "cpu": _child_cpu_s() - cpu}
 
         return once
 
-    runners: dict[str, Callable[[], Any]] = {
-        "python": lambda: _wall([PYTHON, "-c", "pass"]),
-        "torch": lambda: _wall([PYTHON, "-c", "import torch"]),
+    runners: dict[str, Callable[[], dict[str, float]]] = {
+        "python": lambda: _timed([PYTHON, "-c", "pass"]),
+        "torch": lambda: _timed([PYTHON, "-c", "import torch"]),
     } | {label: train(src) for label, src in trees.items()}
     runners["torch"]()  # the page cache warm for every side alike
     rounds = interleaved(runners, repeats, "first step", seed=1)
+    torch_s = [r["torch"]["wall"] for r in rounds]
+    torch_cpu = [r["torch"]["cpu"] for r in rounds]
     rows: list[Row] = []
-    record: dict[str, Any] = {"command": ["train", *FIRST_STEP, "--max-steps", "1"]}
-    torch_s = statistics.median(r["torch"] for r in rounds)
+    record: dict[str, Any] = {
+        "command": ["train", *FIRST_STEP, "--max-steps", "1"],
+        "python_s": [r["python"]["wall"] for r in rounds],
+        "torch_s": torch_s,
+        "torch_cpu_s": torch_cpu,
+    }
     for label, src in trees.items():
-        runs = [split(r[label], r["python"], r["torch"]) for r in rounds]
+        runs = [split(r[label], r["python"]["wall"]) for r in rounds]
         median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        over = [run["whole process"] - r["torch"] for run, r in zip(runs, rounds, strict=True)]
-        ratio = statistics.median(
-            run["whole process"] / r["torch"] for run, r in zip(runs, rounds, strict=True)
-        )
+        wall = [r[label]["wall"] for r in rounds]
+        cpu = [r[label]["cpu"] for r in rounds]
+        over = statistics.median(w - t for w, t in zip(wall, torch_s, strict=True))
+        ratio = statistics.median(w / t for w, t in zip(wall, torch_s, strict=True))
+        cpu_over = statistics.median(c - t for c, t in zip(cpu, torch_cpu, strict=True))
         record[label] = {
-            "source": str(src), "runs": runs, "median_s": median,
+            "source": str(src), "runs": runs, "median_s": median, "cpu_s": cpu,
             "over_torch_import_s": over, "ratio_to_torch_import": ratio,
+            "cpu_over_torch_import_s": cpu_over,
         }  # fmt: skip
-        parts = ", ".join(f"{key} {median[key]:.2f}" for key, _ in BREAKDOWN)
+        parts = ", ".join(f"{key} {median[key]:.2f}" for key in BREAKDOWN)
         rows.append(
             (
                 f"`train mnist --max-steps 1 --data synthetic`, {label} (median of {repeats}, "
                 "seconds)",
-                f"whole process **{median['whole process']:.2f} s** = "
-                f"{ratio:.2f}x `python -c 'import torch'` ({torch_s:.2f} s), "
-                f"{statistics.median(over):.2f} s over it; first step at "
+                f"whole process **{median['whole process']:.2f} s** = {ratio:.2f}x `python -c "
+                f"'import torch'` ({statistics.median(torch_s):.2f} s), {over:.2f} s over it "
+                f"(CPU: {statistics.median(cpu):.2f} s, {cpu_over:.2f} s over torch's "
+                f"{statistics.median(torch_cpu):.2f}); first step at "
                 f"{median['to first step']:.2f} s = {parts}",
                 f"<= {GOAL_OVER_TORCH_S:.0f} s over torch's import",
             )
         )
-    record["python_s"] = [r["python"] for r in rounds]
-    record["torch_s"] = [r["torch"] for r in rounds]
     return rows, record
 
 
