@@ -11,7 +11,8 @@ The breakdown (``breakdown``): ``train mnist --max-steps 1 --data synthetic`` as
 types it (the whole process, its evaluation of 10,000 samples included) against
 ``python -c pass`` and ``python -c 'import torch'``, interleaved in the same rounds, for
 this checkout's ``src`` and optionally another source tree's (``--startup-before``: the
-same interpreter and packages, that tree's ddpimg on PYTHONPATH). The issue's goal on
+same interpreter and packages, that tree's ddpimg on PYTHONPATH); and the same with
+``--eval-samples 64``, the start-up without most of the evaluation. The issue's goal on
 2-core machines: the whole process at most 3 s more than torch's import.
 """
 
@@ -69,8 +70,10 @@ def phases(run: TrainRun) -> dict[str, float]:
 
 
 # The breakdown's run, as a user types it (run_train adds --epochs 1, --warmup-steps 0,
-# --log-every 1, --out and --resume none).
+# --log-every 1, --out and --resume none), and with its evaluation cut to 64 samples: the
+# start-up alone, without the 10,000-sample evaluation that ends the step.
 FIRST_STEP = ["mnist", "--data", "synthetic"]
+VARIANTS = {"": [], ", --eval-samples 64": ["--eval-samples", "64"]}
 GOAL_OVER_TORCH_S = 3.0
 # The breakdown's rows, all but the first from the run's own marks (``split``), so that they
 # add up to its whole process even on a loaded machine.
@@ -119,21 +122,26 @@ def breakdown(repeats: int, before: Path | None) -> tuple[list[Row], dict[str, A
     checkout (and ``before``'s source tree), the whole process against torch's import."""
     trees = {"after (this checkout)": SOURCE} | ({} if before is None else {"before": before})
 
-    def train(src: Path) -> Callable[[], dict[str, float]]:
+    def train(src: Path, extra: list[str]) -> Callable[[], dict[str, float]]:
         # DDPIMG_KEEP_ENV: ddpimg's module-free environment would drop PYTHONPATH.
         env = {"PYTHONPATH": str(src), "DDPIMG_KEEP_ENV": "PYTHONPATH"}
 
         def once() -> dict[str, float]:
             cpu = _child_cpu_s()
-            run = run_train(FIRST_STEP, steps=1, warmup=0, extra_env=env)
+            run = run_train([*FIRST_STEP, *extra], steps=1, warmup=0, extra_env=env)
             return phases(run) | {"wall": run.wall_s, "cpu": _child_cpu_s() - cpu}
 
         return once
 
+    sides = {
+        f"{tree}{variant}": (tree, src, extra)
+        for variant, extra in VARIANTS.items()
+        for tree, src in trees.items()
+    }
     runners: dict[str, Callable[[], dict[str, float]]] = {
         "python": lambda: _timed([PYTHON, "-c", "pass"]),
         "torch": lambda: _timed([PYTHON, "-c", "import torch"]),
-    } | {label: train(src) for label, src in trees.items()}
+    } | {label: train(src, extra) for label, (_, src, extra) in sides.items()}
     runners["torch"]()  # the page cache warm for every side alike
     rounds = interleaved(runners, repeats, "first step", seed=1)
     torch_s = [r["torch"]["wall"] for r in rounds]
@@ -145,7 +153,7 @@ def breakdown(repeats: int, before: Path | None) -> tuple[list[Row], dict[str, A
         "torch_s": torch_s,
         "torch_cpu_s": torch_cpu,
     }
-    for label, src in trees.items():
+    for label, (tree, src, extra) in sides.items():
         runs = [split(r[label], r["python"]["wall"]) for r in rounds]
         median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         wall = [r[label]["wall"] for r in rounds]
@@ -161,8 +169,8 @@ def breakdown(repeats: int, before: Path | None) -> tuple[list[Row], dict[str, A
         parts = ", ".join(f"{key} {median[key]:.2f}" for key in BREAKDOWN)
         rows.append(
             (
-                f"`train mnist --max-steps 1 --data synthetic`, {label} (median of {repeats}, "
-                "seconds)",
+                f"`train mnist --max-steps 1 --data synthetic{' '.join(['', *extra])}`, "
+                f"{tree} (median of {repeats}, seconds)",
                 f"whole process **{median['whole process']:.2f} s** = {ratio:.2f}x `python -c "
                 f"'import torch'` ({statistics.median(torch_s):.2f} s), {over:.2f} s over it "
                 f"(CPU: {statistics.median(cpu):.2f} s, {cpu_over:.2f} s over torch's "
