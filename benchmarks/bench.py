@@ -3,7 +3,9 @@
 Parts (benchmarks/parts/, one module each; docs/performance.md says what each row means):
 
 * ``env``: ``ddpimg env --json`` against ``python -c pass``; whether it imports torch.
-* ``startup``: time to the first training step, by phase.
+* ``startup``: time to the first training step, by phase; the whole process of
+  ``train mnist --max-steps 1`` against ``python -c 'import torch'`` (``--startup-before SRC``:
+  and another source tree's, in the same rounds).
 * ``topology``: rank resolution for simulated Slurm steps of 64 to 10,000 nodes.
 * ``rendezvous``: the join of 64 local processes; the report when one never arrives.
 * ``ab``: ddpimg's trainers against tutorial-style loops (benchmarks/reference/).
@@ -21,6 +23,7 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
   memory against the number of micro-batches.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
+                               [--startup-before SRC]
                                [--out benchmarks/results] [--markdown FILE]
                                [--gpu-resnet-batch-size N] [--gpu-gpt-batch-size N]
 
@@ -63,7 +66,7 @@ from parts.common import HERE, Row
 
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
     "env": lambda ns: env.run(ns.env_count),
-    "startup": lambda ns: startup.run(ns.repeats),
+    "startup": lambda ns: startup.run(ns.repeats, ns.startup_before),
     "topology": lambda ns: topology.run((64, 512, 4096, 10000)),
     "rendezvous": lambda ns: rendezvous.run(64, ns.join_timeout),
     "ab": lambda ns: ab.run(ns.repeats, ns.models.split(",")),
@@ -119,6 +122,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="rounds per comparison")
     parser.add_argument("--models", default=",".join(ab.AB_MODELS), help="A/B models")
     parser.add_argument("--env-count", type=int, default=15)
+    parser.add_argument(
+        "--startup-before",
+        type=Path,
+        metavar="SRC",
+        help="startup: also time this source tree's ddpimg (e.g. another checkout's src), "
+        "interleaved with this one's",
+    )
     parser.add_argument("--join-timeout", type=float, default=3.0)
     parser.add_argument("--image-builds", type=Path, help="build times (written by nox)")
     parser.add_argument("--image-count", type=int, default=5)

@@ -48,6 +48,17 @@ def test_startup_phases_are_measured_from_the_spawn() -> None:
     assert seconds["total"] == pytest.approx(len(marks) - 1 + 0.5)
 
 
+def test_the_first_step_breakdown_adds_up_to_the_whole_process() -> None:
+    seconds = {name: 0.25 * (i + 1) for i, name in enumerate(PHASES)}
+    seconds |= {"total": sum(seconds.values()), "wall": 20.0}
+    rows = startup.split(seconds, python_s=0.05)
+    assert sum(rows[label] for label in startup.BREAKDOWN) == pytest.approx(20.0)
+    assert rows["to first step"] == pytest.approx(seconds["total"])
+    # launch less the interpreter, plan and setup: 0.25 - 0.05 + 0.5 + 1.25
+    assert rows[startup.BREAKDOWN[1]] == pytest.approx(1.95)
+    assert rows[startup.BREAKDOWN[-1]] == pytest.approx(20.0 - seconds["total"])
+
+
 @pytest.mark.parametrize(
     ("indices", "expected"),
     [

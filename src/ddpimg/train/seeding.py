@@ -49,7 +49,11 @@ def configure_reproducibility(
                 hint="export CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting the job",
             )
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(deterministic)
+    # torch's setter imports torch._inductor (with Dynamo: about 1 s on two cores) to mirror
+    # the flag in Inductor's config. A run with the mode already off has nothing to switch;
+    # its optimizer imports Dynamo anyway, but later, where startup's phases put the model.
+    if deterministic or torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.deterministic = deterministic
     if deterministic:
         torch.backends.cudnn.benchmark = False

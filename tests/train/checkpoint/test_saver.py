@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import traceback
 from collections.abc import Callable, Generator
 from dataclasses import replace
 from pathlib import Path
@@ -218,6 +219,21 @@ def test_a_failed_torch_save_lets_go_of_its_file_once_released() -> None:
     assert open_files_on("/dev/full") == before + 1
     _release_open_files(caught.value)
     assert open_files_on("/dev/full") == before
+
+
+def test_a_disk_failure_inside_dcp_is_named_and_its_exception_caught() -> None:
+    """DCP wraps each rank's error in a CheckpointException (a BaseException); the saver looks
+    it up only once DCP is imported, and must still see the full disk inside it."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from ddpimg.train.checkpoint.saver import _write_errors, write_failure
+
+    full = OSError(28, "No space left on device", "/ckpt/__0_0.distcp")
+    stack = traceback.StackSummary()
+    wrapped = CheckpointException("save failed", {0: (full, stack)})
+    assert write_failure(wrapped) == "No space left on device: /ckpt/__0_0.distcp"
+    assert write_failure(CheckpointException("peer", {1: (ValueError("x"), stack)})) is None
+    assert CheckpointException in _write_errors()
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import fsync_tree
@@ -50,6 +50,8 @@ from ddpimg.train.outputs import utc_now
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from torch.distributed.checkpoint.api import CheckpointException
+
     from ddpimg.runtime.context import DistContext
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint.resume import Resume
@@ -67,6 +69,23 @@ _TORCH_WRITE_FAILED = (
 )
 
 
+def _dcp_failure(err: BaseException | None) -> CheckpointException | None:
+    """``err`` if it is torch.distributed.checkpoint's CheckpointException. Only a run that
+    imported DCP (FSDP's checkpoints) can raise one: asking through ``sys.modules`` spares
+    every other run the package's import (0.7 s on two cores, DTensor with it)."""
+    api = sys.modules.get("torch.distributed.checkpoint.api")
+    if api is not None and isinstance(err, api.CheckpointException):
+        return cast("CheckpointException", err)
+    return None
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What a checkpoint write that fails on the disk raises (``write_failure`` decides), at
+    the time of asking: DCP's exception once DCP is imported."""
+    api = sys.modules.get("torch.distributed.checkpoint.api")
+    return (OSError, RuntimeError) + (() if api is None else (api.CheckpointException,))
+
+
 def write_failure(err: BaseException) -> str | None:
     """What failed, when ``err`` is a file write failing (a full disk, a quota): an OSError,
     torch.save's RuntimeError, or either inside a torch.distributed.checkpoint
@@ -75,8 +94,9 @@ def write_failure(err: BaseException) -> str | None:
         return f"{err.strerror}: {err.filename}" if err.filename else str(err)
     if isinstance(err, RuntimeError) and any(mark in str(err) for mark in _TORCH_WRITE_FAILED):
         return "torch.save could not write a file"
-    if isinstance(err, CheckpointException):
-        found = (write_failure(inner) for inner, _ in err.failures.values())
+    dcp = _dcp_failure(err)
+    if dcp is not None:
+        found = (write_failure(inner) for inner, _ in dcp.failures.values())
         return next((cause for cause in found if cause is not None), None)
     return None
 
@@ -95,8 +115,9 @@ def _release_open_files(err: BaseException) -> None:
         seen.add(id(current))
         traceback.clear_frames(current.__traceback__)
         pending += [current.__cause__, current.__context__]
-        if isinstance(current, CheckpointException):
-            pending += [inner for inner, _ in current.failures.values()]
+        dcp = _dcp_failure(current)
+        if dcp is not None:
+            pending += [inner for inner, _ in dcp.failures.values()]
 
 
 class Checkpointer:
@@ -170,7 +191,7 @@ class Checkpointer:
         final = self.root / checkpoint_name(state.step)
         try:
             self._write(state, reason, staging, final)
-        except (OSError, RuntimeError, CheckpointException) as err:
+        except _write_errors() as err:  # evaluated after the write: DCP loaded by then
             cause = write_failure(err)
             if cause is None:
                 raise
