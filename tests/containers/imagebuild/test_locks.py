@@ -18,14 +18,24 @@ def test_the_default_lock_is_committed() -> None:
     assert (CONTAINERS / "lock" / f"{DEFAULT_LOCK}.txt").is_file()
 
 
-def test_the_dockerfile_defaults_to_the_default_lock_in_every_stage() -> None:
+def test_the_dockerfile_takes_each_flavours_default_lock() -> None:
+    """TORCH_SOURCE is empty unless passed; the build stage then picks the flavour's."""
     defaults = [
         instruction.args.partition("=")[2]
         for instruction in read_dockerfile()
         if instruction.keyword == "ARG" and instruction.args.startswith("TORCH_SOURCE")
     ]
-    assert defaults
-    assert set(defaults) == {DEFAULT_LOCK}
+    assert defaults == [""]
+    picks = [
+        instruction.args
+        for instruction in read_dockerfile()
+        if instruction.keyword == "RUN" and "TORCH_SOURCE:-" in instruction.args
+    ]
+    assert len(picks) == 1
+    assert (
+        f'${{TORCH_SOURCE:-$([ "$FLAVOUR" = cpu ] && echo {locks.default_lock("cpu")} '
+        f"|| echo {locks.default_lock('gpu')})}}" in picks[0]
+    )
 
 
 def test_the_dockerfile_example_names_no_lock() -> None:
