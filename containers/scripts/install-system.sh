@@ -17,9 +17,9 @@
 #                                hybrid model) and mpi4py is compiled against this library
 #   libibverbs1 ibverbs-providers librdmacm1
 #                                rdma-core's user space: NCCL finds InfiniBand through it
-#   g++, Python headers          the gpu flavour: DeepSpeed JIT-compiles its CUDA ops on first
-#                                use. Not in the cpu flavour, whose DeepSpeed ops are built
-#                                with the image (install-python.sh DS_CPU_OPS)
+#   g++, Python headers          the gpu flavour: DeepSpeed JIT-compiles its ops on first use.
+#                                Not in the cpu flavour, whose DeepSpeed op is built with the
+#                                image (install-python.sh DS_CPU_OPS)
 #   libgomp1                     OpenMP, which DeepSpeed's built CPU ops are linked against (g++
 #                                brings it too, but the cpu flavour has no g++)
 #   tini                         PID 1 under Docker: forwards signals, reaps torchrun's workers
