@@ -438,15 +438,14 @@ def smoke(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def flavours(session: nox.Session) -> None:
-    """Build the CUDA 12.8 and arm64 images here; check their torch, train in them (arm64: qemu)."""
-    # The first: cached after `nox -s smoke`.
-    builds = [images.SMOKE_BUILD, images.CUDA12_BUILD, images.ARM64_BUILD]
+    """Build the GPU images here (CUDA 13, 12.8, arm64); check their torch, train in them."""
+    builds = [images.CUDA13_BUILD, images.CUDA12_BUILD, images.ARM64_BUILD]
     # The GPU images' build stages (second copies of their venvs) would only cache the next
     # builds, which CI never makes: ~6 GB each freed. The images stay, for `docker run` and SIFs.
     _image_tests(
         session, builds, "tests/containers/test_flavours.py",
         {"DDPIMG_FLAVOUR_IMAGES": " ".join(build.tag for build in builds)},
-        drop_build_stages=[images.CUDA12_BUILD, images.ARM64_BUILD],
+        drop_build_stages=builds,
     )  # fmt: skip
 
 

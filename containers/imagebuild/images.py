@@ -22,9 +22,9 @@ from .context import source_facts, stage_context
 from .engine import engine, engine_answers, install_engine_packages
 from .locks import (
     CONTAINERS,
-    DEFAULT_LOCK,
     LOCKS,
     Platform,
+    default_lock,
     default_tag,
     lock_file,
     missing_lock,
@@ -55,10 +55,12 @@ class ImageBuild:
     extra_ca: Path | None = None
 
 
-# CI's image: the CPU flavour on the local base, torch from PyPI (the default lock; its torch
-# is the CUDA 13 build, the gpu flavour's: `nox -s flavours` reads that from it too), mpi4py's
-# wheel (compiling it would take a quarter of CI's time for the smoke part).
-SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "pypi", local=True, mpi4py_wheel=True)
+# CI's image: the CPU flavour on the local base, from its own lock (torch's CPU build),
+# mpi4py's wheel (compiling it would take a quarter of CI's time for the smoke part).
+SMOKE_BUILD = ImageBuild("cpu", SMOKE_IMAGE, "cpu", local=True, mpi4py_wheel=True)
+# The CUDA 13 GPU image (the default lock) as `nox -s flavours` builds it: CI's way, on the
+# local base.
+CUDA13_BUILD = ImageBuild("gpu", "ddpimg:gpu", "pypi", local=True, mpi4py_wheel=True)
 # The CUDA 12.8 GPU image as `nox -s flavours` builds it: CI's way, on the local base.
 CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, mpi4py_wheel=True)
 # The arm64 GPU image (GH200) as `nox -s flavours` builds it on CI's x86-64 machine: on the
@@ -66,7 +68,8 @@ CUDA12_BUILD = ImageBuild("gpu", "ddpimg:gpu-cu128", "pypi-cu128", local=True, m
 ARM64_BUILD = ImageBuild("gpu", "ddpimg:gpu-arm64", "pypi-arm64", local=True, mpi4py_wheel=True)
 # The images the bench part times: what `nox -s image -- FLAVOUR --local` makes.
 BENCH_BUILDS = [
-    ImageBuild(flavour, f"ddpimg:{flavour}", "pypi", local=True) for flavour in ("cpu", "gpu")
+    ImageBuild(flavour, f"ddpimg:{flavour}", default_lock(flavour), local=True)
+    for flavour in ("cpu", "gpu")
 ]
 
 
@@ -76,7 +79,11 @@ def image_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tag", help="default: ddpimg:FLAVOUR, ddpimg:gpu-cu128 for pypi-cu128, -arm64 for ..."
     )
-    parser.add_argument("--torch", choices=sorted(LOCKS), help=f"lock (default: {DEFAULT_LOCK})")
+    parser.add_argument(
+        "--torch",
+        choices=sorted(LOCKS),
+        help=f"lock (default: {default_lock('cpu')} for cpu, {default_lock('gpu')} for gpu)",
+    )
     parser.add_argument(
         "--local",
         action="store_true",
@@ -101,7 +108,7 @@ def image_parser() -> argparse.ArgumentParser:
 def parse_image_options(posargs: Sequence[str]) -> ImageBuild:
     """The build `nox -s image -- POSARGS` makes."""
     ns = image_parser().parse_args(list(posargs))
-    torch = ns.torch or DEFAULT_LOCK
+    torch = ns.torch or default_lock(ns.flavour)
     return ImageBuild(
         flavour=ns.flavour,
         tag=ns.tag or default_tag(ns.flavour, torch),

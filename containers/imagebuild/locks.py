@@ -8,9 +8,10 @@ each lock's hardware.
 from __future__ import annotations
 
 import dataclasses
+import os
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddpimg.imagenames import image_names
@@ -80,6 +81,10 @@ class Lock:
     # aarch64, every Python from LOCK_PYTHON on, with markers). Either way each pin's hashes
     # are those of all its files.
     platform: Platform | None = None
+    # Why the lock departs from LOCK_INPUT, one sentence each: make() writes them into the
+    # lock as "# note: " lines, the image's build-info file records them (build_info.py) and
+    # `ddpimg doctor` prints them.
+    notes: tuple[str, ...] = ()
 
 
 # The CUDA 12.8 runtime base of the V100 / pre-580-driver flavour. The digest is that of the
@@ -92,9 +97,23 @@ CUDA_12_8_BASE = (
 AARCH64 = Platform(machine="aarch64", arch="arm64", glibc=(2, 28))
 LOCKS: dict[str, Lock] = {
     "pypi": Lock(),  # PyPI's torch as requirements/train.txt pins it: CUDA 13, no V100
-    # PyTorch's CPU wheels: a smaller cpu image. Not committed: its index is out of reach
-    # from this project's machines; `nox -s lock -- cpu` makes it where it is reachable.
-    "cpu": Lock(index="https://download.pytorch.org/whl/cpu"),
+    # PyTorch's CPU wheels: the cpu image, without CUDA's libraries (about 5 GB less). Its
+    # index is out of reach from this project's machines, but its torch 2.13.0 wheel lies
+    # in their pip's find-links directory (PIP_FIND_LINKS, which make() passes to uv).
+    # Universal as pypi's is, but hashed (and so installable) for the x86-64 wheel alone:
+    # the one file of it these machines have.
+    "cpu": Lock(
+        index="https://download.pytorch.org/whl/cpu",
+        overrides=CONTAINERS / "overrides" / "cpu.txt",
+        notes=(
+            "torch 2.13.0+cpu, not requirements/train.txt's 2.14.1: no CPU build of 2.14.1 "
+            "is reachable from this project's build machines (containers/overrides/cpu.txt)",
+            "torchvision 0.28.0 without its compiled ops: PyPI has only its CUDA build, "
+            "whose ops cannot load beside a CPU torch; models, transforms and StochasticDepth "
+            "work, nms/roi_align/deform_conv2d and torchvision.io's decoders raise errors "
+            "(containers/scripts/torchvision_cpu.py)",
+        ),
+    ),
     # PyPI's last CUDA 12.8 torch: V100 (sm 7.0) and drivers older than 580.
     "pypi-cu128": Lock(
         overrides=CONTAINERS / "overrides" / "pypi-cu128.txt",
@@ -105,10 +124,12 @@ LOCKS: dict[str, Lock] = {
     # pypi's; its image is built for linux/arm64 (docs/containers.md).
     "pypi-arm64": Lock(platform=AARCH64, tag_suffix="-arm64"),
 }
-# Both flavours' lock when none is named: the Dockerfile's TORCH_SOURCE default, committed,
-# so that the Dockerfile's own example command works on a fresh checkout. Its torch (CUDA
-# 13) runs on the CPU too; `--torch cpu` takes the smaller CPU build where that lock exists.
+# The gpu flavour's lock when none is named: the Dockerfile's TORCH_SOURCE default, committed,
+# so that the Dockerfile's own example command works on a fresh checkout.
 DEFAULT_LOCK = "pypi"
+# The cpu flavour's: PyTorch's CPU build, committed.
+CPU_LOCK = "cpu"
+NOTE_PREFIX = "# note: "
 # The oldest Python among the bases (Debian 12: 3.11; Ubuntu 24.04: 3.12): every lock is
 # resolved for it, and a universal one for every newer Python as well.
 LOCK_PYTHON = "3.11"
@@ -117,6 +138,36 @@ UV = "uv==0.13.8"
 
 def lock_file(name: str) -> Path:
     return LOCK_DIR / f"{name}.txt"
+
+
+def default_lock(flavour: str) -> str:
+    """The lock of ``flavour`` when none is named."""
+    return CPU_LOCK if flavour == "cpu" else DEFAULT_LOCK
+
+
+def with_notes(text: str, notes: Sequence[str]) -> str:
+    """The lock ``text`` (uv's output) with ``notes`` as NOTE_PREFIX lines after its header
+    comment, replacing any there."""
+    lines = text.splitlines(keepends=True)
+    header = 0
+    while header < len(lines) and lines[header].startswith("#"):
+        header += 1
+    kept = [line for line in lines[:header] if not line.startswith(NOTE_PREFIX)]
+    return "".join([*kept, *(f"{NOTE_PREFIX}{note}\n" for note in notes), *lines[header:]])
+
+
+def add_notes(path: Path, notes: Sequence[str]) -> None:
+    """Write ``notes`` into the lock file ``path`` (with_notes), unless they are there."""
+    text = path.read_text(encoding="utf-8")
+    noted = with_notes(text, notes)
+    if noted != text:
+        path.write_text(noted, encoding="utf-8")
+
+
+def find_links(env: Mapping[str, str]) -> list[str]:
+    """The directories of pip's find-links (``PIP_FIND_LINKS``: space-separated) that
+    exist: wheels held on this machine that uv, which reads no pip configuration, may take."""
+    return [path for path in env.get("PIP_FIND_LINKS", "").split() if Path(path).is_dir()]
 
 
 def variant(lock: str) -> str:
@@ -165,25 +216,35 @@ def unreachable(url: str) -> str | None:
         return f"{url}: {getattr(err, 'reason', err)}"
 
 
-def make(session: Session, names: Sequence[str]) -> None:
+def make(session: Session, names: Sequence[str], env: Mapping[str, str] = os.environ) -> None:
     """Make the locks ``names`` (every lock when empty). A lock whose index cannot be reached
-    fails when named, and is skipped with a warning when all are made."""
+    takes its files from pip's find-links directories in ``env`` (find_links) where there
+    are any; otherwise it fails when named, and is skipped with a warning when all are made."""
     unknown = sorted(set(names) - set(LOCKS))
     if unknown:
         session.error(f"unknown lock {', '.join(unknown)}: choose from {', '.join(LOCKS)}")
     session.install(UV)
     skipped = []
+    local = find_links(env)
     for name in names or list(LOCKS):
         command = compile_command(name)
         index = LOCKS[name].index
         if index is not None:
             reason = unreachable(f"{index}/torch/")
-            if reason is not None:
+            if reason is None:
+                command += ["--extra-index-url", index]  # uv: searched before --index-url
+            elif local:
+                # The hashes are the files' own, wherever they were read.
+                session.warn(f"lock {name}: {reason}; taking its torch from {' '.join(local)}")
+            else:
                 if names:
                     session.error(f"lock {name}: its index cannot be reached: {reason}")
                 skipped.append(f"{name} ({reason})")
                 continue
-            command += ["--extra-index-url", index]  # uv: searched before --index-url
+            command += [word for path in local for word in ("--find-links", path)]
         session.run(*command)
+        notes = LOCKS[name].notes
+        if notes:
+            add_notes(lock_file(name), notes)
     if skipped:
         session.warn(f"not made (index unreachable from here): {'; '.join(skipped)}")

@@ -13,6 +13,7 @@ builds of the same inputs write the same file.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -28,6 +29,11 @@ from typing import Any
 
 PACKAGES = ("ddpimg", "torch", "torchvision", "numpy", "deepspeed", "mpi4py")
 SCHEMA = 1
+# containers/imagebuild/locks.py writes a lock's reasons for departing from its input list
+# (another torch, say) as these lines; the build-info file carries them to `ddpimg doctor`.
+NOTE_PREFIX = "# note: "
+# What DeepSpeed's setup.py writes about the ops it built (``installed_ops={...}``).
+DEEPSPEED_BUILD_RECORD = "deepspeed/git_version_info_installed.py"
 
 
 def build_date(env: Mapping[str, str]) -> str | None:
@@ -50,12 +56,44 @@ def open_mpi_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+def lock_notes(lock: str) -> list[str]:
+    """The notes of a lock file's text (NOTE_PREFIX lines), in order."""
+    return [
+        line[len(NOTE_PREFIX) :].strip()
+        for line in lock.splitlines()
+        if line.startswith(NOTE_PREFIX)
+    ]
+
+
+def built_ops(record: str) -> list[str]:
+    """The DeepSpeed ops built with the package, from its DEEPSPEED_BUILD_RECORD text: the
+    names set true in ``installed_ops`` (none built: empty)."""
+    for line in record.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "installed_ops":
+            ops = ast.literal_eval(value.strip())
+            return sorted(op for op, built in ops.items() if built)
+    return []
+
+
+def deepspeed_record() -> str:
+    """DeepSpeed's DEEPSPEED_BUILD_RECORD text; empty without DeepSpeed (or the file)."""
+    try:
+        path = metadata.distribution("deepspeed").locate_file(DEEPSPEED_BUILD_RECORD)
+        return Path(str(path)).read_text(encoding="utf-8")
+    except (metadata.PackageNotFoundError, OSError):
+        return ""
+
+
 def describe(
     args: argparse.Namespace,
     env: Mapping[str, str],
     versions: Callable[[str], str | None],
     lock_sha256: str,
     mpi: str | None,
+    *,
+    notes: Sequence[str] = (),
+    deepspeed_ops: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The build-info object. Pure: everything it reports is passed in."""
     return {
@@ -67,11 +105,16 @@ def describe(
         "build_date": build_date(env),
         "source_date_epoch": env.get("SOURCE_DATE_EPOCH") or None,
         "lock": {"name": args.torch_source, "sha256": lock_sha256},
+        # Why this image's packages differ from the other flavours' (the lock's notes).
+        "notes": list(notes),
         "python": platform.python_version(),
         "machine": platform.machine(),  # the image's CPU: x86_64, aarch64
         "packages": {name: versions(name) for name in PACKAGES},
         "open_mpi": mpi,
         "deepspeed_build_ops": env.get("DS_BUILD_OPS", "0") == "1",
+        # The ops DeepSpeed loads as built instead of JIT-compiling them (on the accelerator
+        # they were built for: the cpu flavour's for the CPU).
+        "deepspeed_ops": list(deepspeed_ops),
         "mpi4py_build": env.get("MPI4PY_BUILD") or "source",
         "torch_cuda_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
     }
@@ -97,12 +140,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    lock_sha256 = hashlib.sha256(args.lock.read_bytes()).hexdigest()
+    lock = args.lock.read_bytes()
+    lock_sha256 = hashlib.sha256(lock).hexdigest()
     mpirun = subprocess.run(
         ["mpirun", "--version"], capture_output=True, text=True, check=False, timeout=60
     )
     info = describe(
-        args, os.environ, installed_version, lock_sha256, open_mpi_version(mpirun.stdout)
+        args,
+        os.environ,
+        installed_version,
+        lock_sha256,
+        open_mpi_version(mpirun.stdout),
+        notes=lock_notes(lock.decode("utf-8")),
+        deepspeed_ops=built_ops(deepspeed_record()),
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")

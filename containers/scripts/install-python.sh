@@ -18,6 +18,9 @@
 #   MPI4PY_BUILD=source    compile mpi4py against the image's Open MPI (default), or
 #               =wheel     install mpi4py's wheel, which loads that same libmpi at run time
 #                          (ABI-compatible; saves ~3 CPU-minutes of compiling)
+#   FLAVOUR=cpu            the cpu flavour, whose runtime has no compiler: DeepSpeed's CPU ops
+#                          that a container would JIT-compile (DS_CPU_OPS) are built now
+#                          (cpu-venv.sh then adjusts the venv)
 #   DS_BUILD_OPS=1         pre-build DeepSpeed's ops: needs nvcc, i.e. a CUDA devel base
 #   TORCH_CUDA_ARCH_LIST   the GPU architectures those ops are built for (a build has no GPU
 #                          to detect them from)
@@ -29,6 +32,13 @@
 #                          DS_BUILD_OPS=0: nothing can be compiled for the other CPU here.
 set -eu
 
+# The DeepSpeed ops the cpu flavour builds (their DS_BUILD_* switches): those its CPU
+# accelerator JIT-compiles for `train --strategy deepspeed` at ZeRO stages 0-3 with the
+# bundled trainers' optimizers, i.e. the shared-memory all-reduce alone (the optimizers are
+# torch's own). Not cpu_adam, cpu_adagrad, cpu_lion or fused_adam (DeepSpeed's own CPU
+# optimizers, e.g. ZeRO-Offload's): DeepSpeed compiles those with -march=native, for the
+# build machine's CPU, so an image built with them could crash on another CPU.
+DS_CPU_OPS="SHM_COMM"
 usage="install-python.sh deps LOCK | ddpimg PKG ENTRYPOINTS"
 step=${1:?usage: $usage}
 path=${2:?usage: $usage}
@@ -59,6 +69,8 @@ install_deps() {
             "pass MPI4PY_BUILD=wheel (its wheel loads the image's Open MPI at run time)"
         [ "${DS_BUILD_OPS:-0}" = 0 ] || die "CROSS_PLATFORM=$CROSS_PLATFORM: DeepSpeed's ops cannot be compiled for another CPU" \
             "build on a $CROSS_PLATFORM machine, or pass DS_BUILD_OPS=0"
+        [ "${FLAVOUR:-gpu}" != cpu ] || die "CROSS_PLATFORM=$CROSS_PLATFORM: the cpu flavour builds DeepSpeed's CPU ops, which cannot be compiled for another CPU" \
+            "build the cpu flavour on a $CROSS_PLATFORM machine"
     fi
 
     if [ "${DS_BUILD_OPS:-0}" = 1 ]; then
@@ -102,6 +114,12 @@ install_deps() {
     fi
 
     python3 -m venv "$venv"
+    if [ "${FLAVOUR:-gpu}" = cpu ]; then
+        # DeepSpeed's setup.py reads these: its CPU accelerator, whichever the build machine
+        # has, and the ops to build (DS_BUILD_OPS=0 leaves every other op to JIT).
+        export DS_ACCELERATOR=cpu
+        for op in $DS_CPU_OPS; do export "DS_BUILD_$op=1"; done
+    fi
     if [ -n "${CROSS_PLATFORM:-}" ]; then
         # sysconfig.get_platform(), and so pip's idea of which wheels fit, reads this variable:
         # CPython's own cross builds set it.

@@ -3,8 +3,9 @@
 # The same list for both flavours and for the bases in use (Debian 12, Ubuntu 24.04,
 # python:3.11-slim):
 #
-#   install-system.sh runtime   what the final image needs
-#   install-system.sh build     runtime + the Open MPI headers mpi4py is compiled against
+#   install-system.sh runtime   what the final image needs (FLAVOUR=cpu: no compiler)
+#   install-system.sh build     runtime + g++ and Python's headers (DeepSpeed's pre-built ops,
+#                               mpi4py) + the Open MPI headers mpi4py is compiled against
 #                               (none with MPI4PY_BUILD=wheel: nothing is compiled against them);
 #                               with CROSS_PLATFORM set (a build stage that installs another
 #                               CPU's wheels, install-python.sh) only Python and its venv module:
@@ -16,7 +17,11 @@
 #                                hybrid model) and mpi4py is compiled against this library
 #   libibverbs1 ibverbs-providers librdmacm1
 #                                rdma-core's user space: NCCL finds InfiniBand through it
-#   g++, Python headers          DeepSpeed JIT-compiles its ops on first use
+#   g++, Python headers          the gpu flavour: DeepSpeed JIT-compiles its ops on first use.
+#                                Not in the cpu flavour, whose DeepSpeed op is built with the
+#                                image (install-python.sh DS_CPU_OPS)
+#   libgomp1                     OpenMP, which DeepSpeed's built CPU ops are linked against (g++
+#                                brings it too, but the cpu flavour has no g++)
 #   tini                         PID 1 under Docker: forwards signals, reaps torchrun's workers
 #   python3 python3-venv         only where the base has no Python of its own (CUDA bases)
 # Never libnccl: torch's CUDA wheels carry NCCL, and a second libnccl on the loader path is
@@ -35,14 +40,21 @@ esac
 
 cross=
 [ "$stage" = build ] && [ -n "${CROSS_PLATFORM:-}" ] && cross=1
+# Whether this stage compiles: every build stage but a cross one, and the gpu flavour's
+# runtime (DeepSpeed's JIT ops).
+compiler=1
+if [ -n "$cross" ] || { [ "$stage" = runtime ] && [ "${FLAVOUR:-gpu}" = cpu ]; }; then
+    compiler=
+fi
 packages=
-[ -n "$cross" ] || packages="ca-certificates openmpi-bin libibverbs1 ibverbs-providers librdmacm1 g++ tini"
+[ -n "$cross" ] || packages="ca-certificates openmpi-bin libibverbs1 ibverbs-providers librdmacm1 libgomp1 tini"
+[ -z "$compiler" ] || packages="$packages g++"
 if ! command -v python3 >/dev/null 2>&1; then
     packages="$packages python3 python3-venv"
-    [ -n "$cross" ] || packages="$packages python3-dev"
+    [ -z "$compiler" ] || packages="$packages python3-dev"
 else
     python3 -c 'import ensurepip' 2>/dev/null || packages="$packages python3-venv"
-    [ -n "$cross" ] || python3 -c '
+    [ -z "$compiler" ] || python3 -c '
 import os, sys, sysconfig
 sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 ' || packages="$packages python3-dev"

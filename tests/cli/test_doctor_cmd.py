@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from ddpimg.cli.doctor_cmd import render_checkup, render_links
+from ddpimg.cli.doctor_cmd import render_checkup, render_image, render_links
 from ddpimg.plan import build_plan
 from ddpimg.runtime.doctor import Checkup, RankReport
 from ddpimg.runtime.links import LinkResult, judge_links
@@ -102,3 +102,29 @@ def test_a_slow_link_is_a_problem_of_the_whole_checkup() -> None:
     assert lines[2].startswith("all-reduce: correct")
     assert lines[-1].startswith("problem: link n1 - n2: all-reduce bus bandwidth 0.01 GB/s")
     assert not checkup.ok
+
+
+def test_the_image_lines_say_its_builds_and_why_they_differ() -> None:
+    info = {
+        "flavour": "cpu",
+        "lock": {"name": "cpu", "sha256": "0" * 64},
+        "packages": {"torch": "2.13.0+cpu", "torchvision": "0.28.0", "deepspeed": "0.19.8"},
+        "deepspeed_ops": ["deepspeed_shm_comm"],
+        "notes": ["torch 2.13.0+cpu, not 2.14.1: why", "torchvision without its ops: why"],
+    }
+    assert render_image(info) == [
+        "image: ddpimg cpu (lock cpu); torch 2.13.0+cpu, torchvision 0.28.0, deepspeed 0.19.8; "
+        "DeepSpeed ops built in: deepspeed_shm_comm",
+        "image note: torch 2.13.0+cpu, not 2.14.1: why",
+        "image note: torchvision without its ops: why",
+    ]
+
+
+def test_an_image_without_notes_or_built_ops_has_one_line_and_none_outside_an_image() -> None:
+    info = {"flavour": "gpu", "lock": {"name": "pypi"}, "packages": {"torch": "2.14.1"}}
+    assert render_image(info) == ["image: ddpimg gpu (lock pypi); torch 2.14.1"]
+    assert render_image(None) == []
+    unreadable = {"path": "/etc/ddpimg/build-info.json", "error": "unreadable: denied"}
+    assert render_image(unreadable) == [
+        "image: build-info /etc/ddpimg/build-info.json unreadable: denied"
+    ]

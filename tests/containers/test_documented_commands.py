@@ -28,10 +28,10 @@ PROCESSES = re.compile(r"(--nproc-per-node|--num_gpus)(\s+|=)(\d+)")
 # This machine's 2 cores. DeepSpeed's launcher gets one.
 MAX_PROCESSES = {"--nproc-per-node": 2, "--num_gpus": 1}
 # A hang guard, not a verdict: 5x the slowest line. That is DeepSpeed's launcher, whose rank
-# JIT-compiles DeepSpeed's CPU communication op in the fresh container (its CPU accelerator
-# builds it at every start, for one process too). On a 2-core machine (2026-11-26): 132 s with
-# the smoke session alone, 232 s beside the multinode session, 316 s beside the integration
-# tests (the test command's lanes).
+# JIT-compiled DeepSpeed's CPU communication op in every fresh container of the image built
+# from the CUDA torch (on a 2-core machine, 2026-11-26: 132 s with the smoke session alone,
+# 232 s beside the multinode session, 316 s beside the integration tests); the cpu image
+# carries that op built (12 s, 2026-11-29, load average about 4).
 HANG_GUARD_S = 5 * 320
 # A login node's shell: no ddpimg on PATH, the job's variables set.
 HOST_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_JOB_ID": "1"}

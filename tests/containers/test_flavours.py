@@ -87,10 +87,9 @@ def test_each_image_has_the_build_the_table_says(facts: dict[str, dict[str, Any]
         assert torch["machine"] == build.machine, image
         found = build_for_torch(torch["torch"], torch["cuda"], torch["hip"], torch["machine"])
         assert found == build, image
-        # The GPU flavour's image carries the flavour's tag (noxfile.py's LOCKS); the CPU
-        # flavour built from the same lock (CI's smoke image) has its own.
-        if fact["info"]["flavour"] == "gpu":
-            assert image == build.image_tag
+        # Each GPU image carries its flavour's tag (noxfile.py's LOCKS).
+        assert fact["info"]["flavour"] == "gpu", image
+        assert image == build.image_tag
 
 
 def test_only_the_cuda12_image_runs_on_a_v100(facts: dict[str, dict[str, Any]]) -> None:

@@ -73,7 +73,8 @@ def test_lock_pins_what_train_txt_pins(lock: Path) -> None:
     for name, version in wanted(lock).items():
         assert name in locked, f"{lock.name} lacks {name}: run `nox -s lock`"
         if version is not None:
-            versions = {v.split("+")[0] for v, _ in locked[name]}
+            # A pin with a local label (2.13.0+cpu) names that build; one without, any.
+            versions = {v if "+" in version else v.split("+")[0] for v, _ in locked[name]}
             assert versions == {version}, f"{lock.name}: {name} {versions} != {version}"
     for tool in BUILD_TOOLS:
         assert tool in locked, f"{lock.name} lacks the build tool {tool}"
@@ -125,3 +126,16 @@ def test_entries_reads_markers_and_hashes(tmp_path: Path) -> None:
         "numpy": [("2.4.6", 2), ("2.5.5", 1)],
         "typing-extensions": [("4.16.0", 0)],
     }
+
+
+def test_the_cpu_lock_has_torchs_cpu_build_and_no_cuda_package() -> None:
+    lock = CONTAINERS / "lock" / "cpu.txt"
+    locked = entries(lock)
+    assert locked["torch"] == [("2.13.0+cpu", 1)]  # the one x86-64 file, hashed
+    assert [version for version, _ in locked["torchvision"]] == ["0.28.0"]
+    cuda = sorted(name for name in locked if name.startswith(("nvidia-", "cuda-", "triton")))
+    assert not cuda, f"cpu.txt locks CUDA packages: {cuda}"
+    # The same DeepSpeed and mpi4py as the GPU flavours'.
+    gpu = entries(CONTAINERS / "lock" / "pypi.txt")
+    for name in ("deepspeed", "mpi4py"):
+        assert locked[name][0][0] == gpu[name][0][0], name

@@ -116,9 +116,12 @@ def test_caches_are_writable_on_a_read_only_root(image: str) -> None:
     cache go must be writable with a read-only root, as in a SIF."""
     probe = (
         "import os, matplotlib, torch.utils.cpp_extension as ext\n"
-        "from triton import knobs\n"
-        "dirs = [ext._get_build_directory('ddpimg_probe', False), knobs.cache.dir,\n"
-        "        matplotlib.get_cachedir()]\n"
+        "dirs = [ext._get_build_directory('ddpimg_probe', False), matplotlib.get_cachedir()]\n"
+        "try:\n"
+        "    from triton import knobs\n"  # with torch's CUDA builds only (the gpu flavour)
+        "    dirs.append(knobs.cache.dir)\n"
+        "except ImportError:\n"
+        "    pass\n"
         "for d in dirs:\n"
         "    os.makedirs(d, exist_ok=True)\n"
         "    open(os.path.join(d, 'probe'), 'w').close()\n"
@@ -126,7 +129,7 @@ def test_caches_are_writable_on_a_read_only_root(image: str) -> None:
     )
     proc = docker_run(image, ["python3", "-c", probe], options=READ_ONLY, timeout=120)
     dirs = proc.stdout.split()
-    assert len(dirs) == 3, proc.stdout
+    assert len(dirs) >= 2, proc.stdout
     for directory in dirs:
         assert directory.startswith("/tmp/"), proc.stdout
 
@@ -235,3 +238,52 @@ def test_trackers_log_offline_on_a_read_only_root(
     client = MlflowClient((out / "mlruns").resolve().as_uri())
     run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
     assert mlflow_series(client, run_id, "train/loss") == expected
+
+
+# The issue's limit for the cpu image, in decimal gigabytes (2e9 bytes, 7 % under 2 GiB), of
+# what the engine reports as the image's size (its layers, uncompressed, on disk).
+CPU_IMAGE_MAX_BYTES = 2_000_000_000
+
+
+def test_the_cpu_image_is_at_most_2_gb(image: str, build_info: dict[str, Any]) -> None:
+    if build_info["flavour"] != "cpu":
+        pytest.skip(f"{image} is the {build_info['flavour']} flavour")
+    size = run(["docker", "image", "inspect", "--format", "{{.Size}}", image], docker_env(),
+               timeout=60).stdout  # fmt: skip
+    assert int(size) <= CPU_IMAGE_MAX_BYTES, f"{image}: {int(size) / 1e9:.2f} GB"
+    # Its torch is the CPU build: no CUDA library among its packages.
+    assert build_info["packages"]["torch"].endswith("+cpu")
+
+
+# Inside a fresh container: no compiler to run, DeepSpeed under ZeRO-3 with the toy trainer's
+# Adam (every ZeRO stage and bundled optimizer JIT-compiles the same one op on the CPU, the
+# shared-memory all-reduce: docs/containers.md), then where that op was loaded from and what
+# the writable tmpfs holds afterwards.
+FRESH_CONTAINER = """
+set -eu
+for compiler in cc gcc c++ g++; do
+    if command -v "$compiler"; then echo "compiler found: $compiler"; exit 3; fi
+done
+train toy --nproc-per-node 2 --site local --strategy deepspeed --zero-stage 3 \
+    --data synthetic --max-steps 2 --train-samples 64 --eval-samples 16 \
+    --global-batch-size 8 --out /tmp/run 2>&1
+python3 -c 'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+print("op:", ShareMemCommBuilder().load().__file__)' 2>&1
+echo "written: $(find /tmp -name '*torch_extensions*' -o -name '*.ninja' -o -name '*.so')"
+"""
+
+
+def test_a_fresh_container_compiles_nothing(image: str, build_info: dict[str, Any]) -> None:
+    """The cpu image's DeepSpeed ops are built with it: a fresh container on a read-only root
+    trains with DeepSpeed, which loads the built op, without a compiler and without writing a
+    torch_extensions directory (HOME and TMPDIR are the tmpfs)."""
+    if build_info["flavour"] != "cpu":
+        pytest.skip(f"{image} is the {build_info['flavour']} flavour (DeepSpeed JIT-compiles)")
+    assert "deepspeed_shm_comm" in build_info["deepspeed_ops"]
+    proc = docker_run(image, ["sh", "-c", FRESH_CONTAINER], options=READ_ONLY, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    (op,) = [line for line in lines if line.startswith("op: ")]
+    assert op.startswith("op: /opt/ddpimg/venv/lib/"), proc.stdout
+    assert lines[-1] == "written: ", proc.stdout
+    assert "torch_extensions" not in proc.stdout

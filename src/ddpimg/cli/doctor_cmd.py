@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from typing import Any
 
 from ddpimg import errors, exitcodes
 from ddpimg.cli.launch import prepare_launch
@@ -82,7 +84,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     def show(checkup: Checkup) -> None:
         if checkup.is_main:
-            print("\n".join(render_checkup(checkup, launch.plan, as_json=args.json)), flush=True)
+            # Imported here: the module brings the training outputs' imports, which only an
+            # answered checkup needs.
+            from ddpimg.train.outputs import read_build_info
+
+            lines = render_image(read_build_info(os.environ))
+            lines += render_checkup(checkup, launch.plan, as_json=args.json)
+            print("\n".join(lines), flush=True)
 
     result = run_checks(launch.plan, args.backend, args.timeout, on_checkup=show)
     if isinstance(result, NotJoined):
@@ -90,6 +98,27 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             errors.report(f"doctor: rank {result.rank} on {result.host}: {problem}")
         return exitcodes.CHECK_FAILED
     return exitcodes.OK if result.ok else exitcodes.CHECK_FAILED
+
+
+def render_image(info: Mapping[str, Any] | None) -> list[str]:
+    """The image's lines, from its build-info file (None: not in ddpimg's image, no lines):
+    its flavour, lock and versions, the DeepSpeed ops built with it, and its lock's notes
+    (why its torch or torchvision differ from the other flavours')."""
+    if info is None:
+        return []
+    if "error" in info:
+        return [f"image: build-info {info.get('path', '')} {info['error']}"]
+    packages = info.get("packages") or {}
+    versions = ", ".join(
+        f"{name} {packages[name]}"
+        for name in ("torch", "torchvision", "deepspeed")
+        if packages.get(name)
+    )
+    lock = (info.get("lock") or {}).get("name")
+    ops = info.get("deepspeed_ops") or []
+    built = f"; DeepSpeed ops built in: {' '.join(ops)}" if ops else ""
+    lines = [f"image: ddpimg {info.get('flavour')} (lock {lock}); {versions}{built}"]
+    return lines + [f"image note: {note}" for note in info.get("notes") or []]
 
 
 def render_checkup(checkup: Checkup, plan: LaunchPlan, as_json: bool = False) -> list[str]:

@@ -18,12 +18,12 @@ FACTS = {"REVISION": "abc", "SOURCE_DATE_EPOCH": "1", "CREATED": "x", "VERSION":
 @pytest.mark.parametrize(
     ("posargs", "flavour", "torch", "tag"),
     [
-        (["cpu"], "cpu", "pypi", "ddpimg:cpu"),
+        (["cpu"], "cpu", "cpu", "ddpimg:cpu"),
         (["gpu"], "gpu", "pypi", "ddpimg:gpu"),
         (["gpu", "--torch", "pypi-cu128"], "gpu", "pypi-cu128", "ddpimg:gpu-cu128"),
         (["gpu", "--torch", "pypi-arm64"], "gpu", "pypi-arm64", "ddpimg:gpu-arm64"),
-        (["cpu", "--torch", "cpu"], "cpu", "cpu", "ddpimg:cpu"),
-        (["cpu", "--tag", "me/x:1"], "cpu", "pypi", "me/x:1"),
+        (["cpu", "--torch", "pypi"], "cpu", "pypi", "ddpimg:cpu"),
+        (["cpu", "--tag", "me/x:1"], "cpu", "cpu", "me/x:1"),
     ],
 )
 def test_parse_image_options(posargs: list[str], flavour: str, torch: str, tag: str) -> None:
@@ -133,11 +133,23 @@ def test_docker_commands_name_the_platform_of_an_emulated_build(
 
 @pytest.mark.parametrize(
     "build",
-    [images.SMOKE_BUILD, images.CUDA12_BUILD, images.ARM64_BUILD, *images.BENCH_BUILDS],
+    [
+        images.SMOKE_BUILD,
+        images.CUDA13_BUILD,
+        images.CUDA12_BUILD,
+        images.ARM64_BUILD,
+        *images.BENCH_BUILDS,
+    ],
     ids=str,
 )
 def test_the_builds_ci_makes_have_their_lock(build: ImageBuild) -> None:
     assert locks.missing_lock(build.torch) is None
+
+
+def test_ci_smokes_the_cpu_flavour_from_its_own_lock() -> None:
+    """The smoke image is the small one a laptop gets: torch's CPU build, not the CUDA one."""
+    assert (images.SMOKE_BUILD.flavour, images.SMOKE_BUILD.torch) == ("cpu", locks.CPU_LOCK)
+    assert {build.torch for build in images.BENCH_BUILDS} == {"cpu", "pypi"}
 
 
 def test_build_image_stops_before_docker_without_the_lock(
