@@ -8,11 +8,13 @@ plus the two header lines it does not return as written.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS = ROOT / "containers"
@@ -25,6 +27,17 @@ class Instruction:
     keyword: str  # upper case
     args: str
     stage: int  # 0 before the first FROM (global ARGs), then 1, 2, ...
+
+
+def load_script(name: str) -> ModuleType:
+    """containers/scripts/NAME.py, imported as a module (the scripts are not a package: the
+    image copies them on their own)."""
+    spec = importlib.util.spec_from_file_location(name, CONTAINERS / "scripts" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_dockerfile(path: Path = DOCKERFILE) -> list[Instruction]:

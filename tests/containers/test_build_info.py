@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import platform
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from ddpimg.train.outputs import BUILD_INFO_DEFAULT, read_build_info
-from tests.containers.recipes import CONTAINERS, DOCKERFILE
+from tests.containers.recipes import CONTAINERS, DOCKERFILE, load_script
 
 SCRIPT = CONTAINERS / "scripts" / "build_info.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_info", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_info = _load()
+build_info = load_script("build_info")
 
 
 @pytest.mark.parametrize(

@@ -3,27 +3,13 @@ torch's CPU build, in the cpu image's build stage."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.containers.recipes import CONTAINERS
+from tests.containers.recipes import load_script
 
-SCRIPT = CONTAINERS / "scripts" / "torchvision_cpu.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("torchvision_cpu", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-torchvision_cpu = _load()
+torchvision_cpu = load_script("torchvision_cpu")
 
 # The shape of torchvision 0.28.0's _meta_registrations.py: guarded registrations through
 # register_meta, and the two unguarded fake kernels (pytorch/vision#9085).
