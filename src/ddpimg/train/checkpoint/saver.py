@@ -69,21 +69,24 @@ _TORCH_WRITE_FAILED = (
 )
 
 
-def _dcp_failure(err: BaseException | None) -> CheckpointException | None:
-    """``err`` if it is torch.distributed.checkpoint's CheckpointException. Only a run that
-    imported DCP (FSDP's checkpoints) can raise one: asking through ``sys.modules`` spares
-    every other run the package's import (0.7 s on two cores, DTensor with it)."""
+def _dcp_exceptions() -> tuple[type[BaseException], ...]:
+    """torch.distributed.checkpoint's CheckpointException once DCP is imported, else none.
+    Only a run that imported DCP (FSDP's checkpoints) can raise one: asking through
+    ``sys.modules`` spares every other run the package's import (0.7 s on two cores, DTensor
+    with it)."""
     api = sys.modules.get("torch.distributed.checkpoint.api")
-    if api is not None and isinstance(err, api.CheckpointException):
-        return cast("CheckpointException", err)
-    return None
+    return () if api is None else (api.CheckpointException,)
+
+
+def _dcp_failure(err: BaseException | None) -> CheckpointException | None:
+    """``err`` if it is DCP's CheckpointException."""
+    return cast("CheckpointException", err) if isinstance(err, _dcp_exceptions()) else None
 
 
 def _write_errors() -> tuple[type[BaseException], ...]:
     """What a checkpoint write that fails on the disk raises (``write_failure`` decides), at
-    the time of asking: DCP's exception once DCP is imported."""
-    api = sys.modules.get("torch.distributed.checkpoint.api")
-    return (OSError, RuntimeError) + (() if api is None else (api.CheckpointException,))
+    the time of asking."""
+    return (OSError, RuntimeError, *_dcp_exceptions())
 
 
 def write_failure(err: BaseException) -> str | None:
