@@ -1,11 +1,9 @@
 """The watch against a real TCPStore: two ranks' watches in this process (no sentinel), one
-of them made silent, failing or stuck; the store's server stopped; the backstop in a
+of them made silent, failing or stuck; the store made to stop answering; the backstop in a
 process of its own."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from ddpimg.runtime.stall.watch import (
     short_cause,
 )
 from ddpimg.runtime.store_auth import RecordSeal
+from tests.runtime.stall.relay import FreezableRelay
 from tests.train.ranks import free_port
 
 GLOO_TIMEOUT = (
@@ -48,10 +47,10 @@ def _watch(port: int, rank: int) -> StallWatch:
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    """A TCPStore server, as rank 0 hosts it, on a free port."""
-    chosen = free_port()
-    server = TCPStore("127.0.0.1", chosen, is_master=True, wait_for_workers=False)
-    yield chosen
+    """A TCPStore server, as rank 0 hosts it, on a port the kernel chose (no other process
+    can take it between its choice and the bind)."""
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    yield server.port
     del server
 
 
@@ -223,18 +222,12 @@ def test_bounded_gives_up_on_a_call_that_does_not_return() -> None:
     assert bounded(lambda: 7, 1) == 7
 
 
-STORE_SERVER = """
-import sys, time
-from torch.distributed import TCPStore
-server = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False)
-print("up", flush=True)
-time.sleep(120)
-"""
-
-
-def test_a_stopped_store_is_named_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rank 0's process (which serves the store) is stopped: the others still answer, having
-    waited out one store operation (store_s), not one per operation."""
+def test_a_store_that_stops_answering_is_named_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch, port: int
+) -> None:
+    """Rank 0's store stops answering (its host stopped, frozen or cut off: the relay in
+    between freezes): the others still answer, having waited out one store operation
+    (store_s), not one per operation."""
     waited: list[float] = []
 
     def counted(call: Callable[[], object], timeout_s: float) -> object:
@@ -246,25 +239,19 @@ def test_a_stopped_store_is_named_within_the_bound(monkeypatch: pytest.MonkeyPat
             raise
 
     monkeypatch.setattr(watch_module, "bounded", counted)
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert server.stdout is not None
-        assert server.stdout.readline() == "up\n"
-        watch = _watch(port, 1)
+    with FreezableRelay(port) as relay:
+        watch = _watch(relay.port, 1)
         watch.start()
-        os.kill(server.pid, signal.SIGSTOP)
+        assert watch.board.read_all()[1] is not None  # the relay carries the store's answers
+        relay.freeze()
         began = time.monotonic()
         lost = watch.explain(RuntimeError(GLOO_TIMEOUT))
         took = time.monotonic() - began
         watch.stop()
-    finally:
-        server.kill()
-        server.wait()
     assert lost is not None
-    assert f"the rendezvous store at 127.0.0.1:{port} did not answer within 2.5 s" in lost.message
+    assert f"the rendezvous store at 127.0.0.1:{relay.port} did not answer within 2.5 s" in (
+        lost.message
+    )
     # The claim: after the first operation goes unanswered the rest give up at once.
     assert waited == [LIMITS.store_s]
     # A hang guard only (one wait of store_s takes 2.5 s): not a verdict on speed.
