@@ -6,8 +6,9 @@ to them.
 Why not SIGSTOP the server's process: a stopped process is continued by any SIGCONT its
 process group receives (the kernel sends one to a group that becomes orphaned while it has a
 stopped member), and in CI the test shares its group with everything else the test command
-runs. A store answering after its "stop" failed a test there twice (issue 45's CI runs); the
-relay's freeze is this process's own state, which nothing outside can undo.
+runs. A store that answered after its "stop" failed test_watch's test in a run of the test
+command beside the neighbour (2026-11-29); the relay's freeze is this process's own state,
+which nothing outside can undo.
 """
 
 from __future__ import annotations
