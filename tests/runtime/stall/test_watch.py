@@ -27,7 +27,6 @@ from ddpimg.runtime.stall.watch import (
 )
 from ddpimg.runtime.store_auth import RecordSeal
 from tests.runtime.stall.relay import FreezableRelay
-from tests.train.ranks import free_port
 
 GLOO_TIMEOUT = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed "
@@ -265,16 +264,15 @@ from torch.distributed import TCPStore
 from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
 from ddpimg.runtime.stall import record
 from ddpimg.runtime.store_auth import RecordSeal
-port = int(sys.argv[1])
-server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-board = Board(server, 1, f"127.0.0.1:{port}", 5.0, RecordSeal(bytes(32)))
+server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+board = Board(server, 1, f"127.0.0.1:{server.port}", 5.0, RecordSeal(bytes(32)))
 limits = StallLimits(1.0, 0.2, 2.0, 5.0, 0.5, 1.5)
 watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False,
                    on_fatal=lambda err: print("recorded", err.details["ranks"], flush=True))
 watch.start()
-if sys.argv[2] != "setup":
-    watch.progress.enter(sys.argv[2], 12)
-time.sleep(float(sys.argv[3]))
+if sys.argv[1] != "setup":
+    watch.progress.enter(sys.argv[1], 12)
+time.sleep(float(sys.argv[2]))
 watch.stop()
 print("finished", flush=True)
 """
@@ -282,7 +280,7 @@ print("finished", flush=True)
 
 def test_the_backstop_ends_a_loop_that_stopped_moving() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.DATA, "60"],
+        [sys.executable, "-c", BACKSTOP, phases.DATA, "60"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -301,7 +299,7 @@ def test_the_backstop_leaves_setup_alone() -> None:
     """Every rank may spend long in setup at once (decoding a data set); its collectives
     time out by themselves."""
     proc = subprocess.run(
-        [sys.executable, "-c", BACKSTOP, str(free_port()), phases.SETUP, "3"],
+        [sys.executable, "-c", BACKSTOP, phases.SETUP, "3"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -342,16 +340,16 @@ from torch.distributed import TCPStore
 from ddpimg.runtime.stall.watch import Board, StallLimits, StallWatch
 from ddpimg.runtime.stall import record
 from ddpimg.runtime.store_auth import RecordSeal
-port, world, sleep_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+world, sleep_s = int(sys.argv[1]), float(sys.argv[2])
 seal = RecordSeal(bytes(32))
-server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 limits = StallLimits(1.0, 0.2, 1.0, 2.0, 0.5, 1.0)
 if world == 2:  # rank 1 reported once, then its process stopped
     other = StallWatch(Board(server, 2, "", 2.0, seal), rank=1, host="there", limits=limits,
                        sentinel=False, script=True)
     other.board.register()
     other.board.publish_bounded(other.record())
-board = Board(server, world, f"127.0.0.1:{port}", 2.0, seal)
+board = Board(server, world, f"127.0.0.1:{server.port}", 2.0, seal)
 watch = StallWatch(board, rank=0, host="here", limits=limits, sentinel=False, script=True)
 watch.start()
 watch.progress.enter(record.TRAIN, 7)
@@ -365,7 +363,7 @@ def test_a_scripts_backstop_leaves_a_phase_every_rank_shares_alone() -> None:
     """A script is seen only at its optimizer steps: a long evaluation without progress
     calls, on every rank at once, is no stall."""
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT_BACKSTOP, str(free_port()), "1", "4"],
+        [sys.executable, "-c", SCRIPT_BACKSTOP, "1", "4"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -377,7 +375,7 @@ def test_a_scripts_backstop_leaves_a_phase_every_rank_shares_alone() -> None:
 
 def test_a_scripts_backstop_gives_up_when_a_rank_went_silent() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT_BACKSTOP, str(free_port()), "2", "30"],
+        [sys.executable, "-c", SCRIPT_BACKSTOP, "2", "30"],
         capture_output=True,
         text=True,
         timeout=60,
