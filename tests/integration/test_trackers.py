@@ -19,11 +19,12 @@ from ddpimg import exitcodes
 from ddpimg.trace_breakdown import read_breakdowns
 from ddpimg.trackers.state import read_state
 from ddpimg.trackers.wandb_sync import offline_runs
+from tests.forwarder import Forwarder
 from tests.integration.runs import QUICK_TRAIN, command, read_metrics, run
 from tests.integration.test_preemption import SIGNAL_AFTER, STEPS, TRAIN, WAIT_S, stop_midway
 from tests.trackers.offline import OFFLINE_ENV
 from tests.trackers.readback import mlflow_run, mlflow_series, tensorboard_scalars, wandb_history
-from tests.trackers.servers import Forwarder, mlflow_server
+from tests.trackers.servers import mlflow_server
 
 pytestmark = pytest.mark.torchrun
 

@@ -1,7 +1,7 @@
-"""Servers on loopback for the sync and failure tests: a real MLflow tracking server, a TCP
-forwarder in front of it that a test can cut (the server gone, as a dropped link looks to
-its client), and a recorder that answers every HTTP request 401 (where W&B's sync would
-find its server) and remembers the paths it was asked for."""
+"""Servers on loopback for the sync and failure tests: a real MLflow tracking server (the
+tests cut the link to it with tests/forwarder.py), and a recorder that answers every HTTP
+request 401 (where W&B's sync would find its server) and remembers the paths it was asked
+for."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.trackers.offline import OFFLINE_ENV
@@ -74,56 +74,6 @@ def mlflow_server(root: Path, env: dict[str, str]) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
-
-
-class Forwarder:
-    """127.0.0.1:port -> target_port, until ``cut()`` closes the listener and every
-    connection: to a client, its server is gone."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._cut = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            with self._lock:
-                if self._cut:
-                    client.close()
-                    upstream.close()
-                    return
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        with self._lock:
-            self._cut = True
-            sockets, self._sockets = self._sockets, []
-        self.listener.close()
-        for end in sockets:
-            end.close()
 
 
 class RefusingServer:

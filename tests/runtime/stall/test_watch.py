@@ -26,7 +26,7 @@ from ddpimg.runtime.stall.watch import (
     short_cause,
 )
 from ddpimg.runtime.store_auth import RecordSeal
-from tests.runtime.stall.relay import FreezableRelay
+from tests.forwarder import Forwarder
 
 GLOO_TIMEOUT = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed "
@@ -224,9 +224,9 @@ def test_bounded_gives_up_on_a_call_that_does_not_return() -> None:
 def test_a_store_that_stops_answering_is_named_within_the_bound(
     monkeypatch: pytest.MonkeyPatch, port: int
 ) -> None:
-    """Rank 0's store stops answering (its host stopped, frozen or cut off: the relay in
-    between freezes): the others still answer, having waited out one store operation
-    (store_s), not one per operation."""
+    """Rank 0's store stops answering (its host stopped, frozen or cut off: the forwarder in
+    between freezes, tests/forwarder.py says why not SIGSTOP): the others still answer,
+    having waited out one store operation (store_s), not one per operation."""
     waited: list[float] = []
 
     def counted(call: Callable[[], object], timeout_s: float) -> object:
@@ -238,17 +238,20 @@ def test_a_store_that_stops_answering_is_named_within_the_bound(
             raise
 
     monkeypatch.setattr(watch_module, "bounded", counted)
-    with FreezableRelay(port) as relay:
-        watch = _watch(relay.port, 1)
+    link = Forwarder(port)
+    try:
+        watch = _watch(link.port, 1)
         watch.start()
-        assert watch.board.read_all()[1] is not None  # the relay carries the store's answers
-        relay.freeze()
+        assert watch.board.read_all()[1] is not None  # the link carries the store's answers
+        link.freeze()
         began = time.monotonic()
         lost = watch.explain(RuntimeError(GLOO_TIMEOUT))
         took = time.monotonic() - began
         watch.stop()
+    finally:
+        link.cut()
     assert lost is not None
-    assert f"the rendezvous store at 127.0.0.1:{relay.port} did not answer within 2.5 s" in (
+    assert f"the rendezvous store at 127.0.0.1:{link.port} did not answer within 2.5 s" in (
         lost.message
     )
     # The claim: after the first operation goes unanswered the rest give up at once.
