@@ -29,7 +29,13 @@ from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
 from ddpimg.script.options import RESUME_NONE
 from ddpimg.trackers.settings import TrackerOptions
-from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
+from ddpimg.train.outputs import (
+    MetricsWriter,
+    RunRecorder,
+    collect_versions,
+    image_identity,
+    utc_now,
+)
 from ddpimg.train.progress import Progress
 from ddpimg.untrusted import parse_json, read_json, read_lines
 
@@ -168,6 +174,7 @@ class ScriptRecord:
         run this one continues (``earlier_run``), whose metrics lines are kept (summaries
         excepted). ``log_to``: the trackers that get every line too (a continued run
         continues their runs)."""
+        versions = collect_versions(env)
         manifest: dict[str, Any] = {
             "status": "running",
             "exit_status": None,
@@ -181,7 +188,8 @@ class ScriptRecord:
             "arguments": dict(options),
             "distributed": dict(world),
             "run_info": dict(run_info),
-            "versions": collect_versions(env),
+            "versions": versions,
+            "image": image_identity(versions["image"]),
             "outputs": {},
             "continues": None,
         }

@@ -79,6 +79,22 @@ def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
     return content
 
 
+def image_identity(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """manifest.json's ``image``: which image the run ran in, at a glance (two runs with one
+    ``tree_digest`` ran in the same Python environment and ddpimg): the flavour, the pip and
+    Debian locks and the tree digest of its build record (``ddpimg doctor --verify``
+    recomputes it); None outside ddpimg's image or with an unreadable record."""
+    if info is None or "error" in info:
+        return None
+    tree = info.get("tree")
+    return {
+        "flavour": info.get("flavour"),
+        "lock": info.get("lock"),
+        "apt_lock": info.get("apt_lock"),
+        "tree_digest": tree.get("digest") if isinstance(tree, Mapping) else None,
+    }
+
+
 def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
     """Versions of everything that decides the numbers a run produces."""
     import torch
@@ -194,6 +210,7 @@ class RunRecorder:
     ) -> RunRecorder:
         """Create ``--out`` and write the "running" manifest. A run resumed from one of
         ``--out``'s checkpoints keeps the metrics lines written up to it."""
+        versions = collect_versions(env)
         manifest = {
             "status": "running",
             "exit_status": None,
@@ -212,7 +229,8 @@ class RunRecorder:
                 "device": str(ctx.device),
             },
             "run_info": ctx.run_info,
-            "versions": collect_versions(env),
+            "versions": versions,
+            "image": image_identity(versions["image"]),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
         resumed = resume is not None and resume.in_out
