@@ -16,6 +16,7 @@ PACKAGES=(
     nftables util-linux                   # multinode: eth0 packet filter; nsenter, unshare, setpriv
     g++                                   # DeepSpeed compiles its CPU ops on first use
     docker.io                             # dockerd for tests marked docker (containers/engine.sh starts it)
+    squashfs-tools                        # sqfstar: nox -s sqsh, the squashfs export test (tests/containers)
     podman runc fuse-overlayfs            # podman for tests marked podman (with podman-hpc from PyPI)
     debootstrap                           # the local base image: no registry to pull FROM
     stress-ng                             # tests/engines/neighbour.sh: a noisy neighbour
