@@ -71,8 +71,9 @@ def inspect(image: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def exported(image: str) -> Iterator[IO[bytes]]:
-    """The `docker export` stream of a container created (not started) from ``image``."""
-    container = docker("create", image)
+    """The `docker export` stream of a container created (never started) from ``image``;
+    the entrypoint named only because an image without ENTRYPOINT or CMD needs one."""
+    container = docker("create", "--entrypoint", "/bin/true", image)
     try:
         with subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE) as proc:
             assert proc.stdout is not None
