@@ -451,7 +451,7 @@ def flavours(session: nox.Session) -> None:
 
 @nox.session(name="image-repro", default=False)
 def image_repro(session: nox.Session) -> None:
-    """Build the CPU image twice (the second --no-cache): one digest, or the files that differ."""
+    """Build an image twice, the second --no-cache: one digest, or the files that differ."""
     images.check_reproducible(session, session.posargs)
 
 

@@ -53,6 +53,7 @@ class ImageBuild:
     mpi4py_wheel: bool = False  # mpi4py's wheel instead of compiling it (Dockerfile MPI4PY_BUILD)
     extra_ca: Path | None = None
     apt_unlocked: bool = False  # the mirror's Debian packages of the day, not the base's lock
+    drop_caches: bool = False  # remove the build stage and the layered image once used
 
 
 # CI's image: the CPU flavour on the local base, from its own lock (torch's CPU build),
@@ -103,6 +104,12 @@ def image_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
     parser.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="remove the build stage and the layered image once used (IMAGE-build, "
+        "IMAGE-layers: the next build's cache) to free their disk",
+    )
+    parser.add_argument(
         "--apt-unlocked",
         action="store_true",
         help="install the Debian mirror's package versions of today instead of the base's "
@@ -126,6 +133,7 @@ def parse_image_options(posargs: Sequence[str]) -> ImageBuild:
         mpi4py_wheel=ns.mpi4py_wheel,
         extra_ca=ns.extra_ca,
         apt_unlocked=ns.apt_unlocked,
+        drop_caches=ns.drop_caches,
     )
 
 
@@ -295,11 +303,11 @@ def drop_replaced(session: Session, before: Mapping[str, str | None]) -> None:
                         external=True, silent=True)  # fmt: skip
 
 
-def build_image(session: Session, build: ImageBuild, keep_caches: bool = True) -> tuple[float, int]:
+def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
     """`docker build` containers/Dockerfile for ``build``, then make the image reproducible
-    (reproduce.normalise, at the last commit's date); the time taken and the size. Without
-    ``keep_caches`` the build stage and the layered image go as soon as they are used (a
-    machine that never builds again, like CI's, needs the disk)."""
+    (reproduce.normalise, at the last commit's date); the time taken and the size. With
+    ``build.drop_caches`` the build stage and the layered image go as soon as they are used
+    (a machine that never builds again, like CI's, needs the disk)."""
     reason = missing_lock(build.torch)
     if reason is not None:
         session.error(reason)
@@ -362,10 +370,10 @@ def build_image(session: Session, build: ImageBuild, keep_caches: bool = True) -
         for command in docker_commands(build, context, args, machine):
             session.run(*command, external=True)
         built = time.monotonic()
-    if not keep_caches:
+    if build.drop_caches:
         remove_images(session, [build_stage_tag(build.tag)])
     digest = normalise(layered_tag(build.tag), build.tag, int(facts["SOURCE_DATE_EPOCH"]))
-    if not keep_caches:
+    if build.drop_caches:
         remove_images(session, [layered_tag(build.tag)])
     elapsed = time.monotonic() - started
     drop_replaced(session, before)
@@ -406,7 +414,8 @@ def images_built(
     ]
     try:
         for build in builds:
-            build_image(session, build, keep_caches=build not in drop_build_stages)
+            dropped = build in drop_build_stages
+            build_image(session, dataclasses.replace(build, drop_caches=dropped))
             # (An image kept from an earlier session may still have its caches.)
             if build in drop_build_stages:
                 remove_images(session, [build_stage_tag(build.tag), layered_tag(build.tag)])
@@ -445,24 +454,15 @@ def bench_images(session: Session, record: Path, rebuild: bool) -> bool:
 REPRO_LINES = 200
 
 
-def repro_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nox -s image-repro --", allow_abbrev=False)
-    parser.add_argument(
-        "--tag",
-        default=SMOKE_IMAGE,
-        help=f"the first build's tag (default {SMOKE_IMAGE}); the second is TAG-repro",
-    )
-    return parser
-
-
 def check_reproducible(session: Session, posargs: Sequence[str] = ()) -> None:
-    """Build SMOKE_BUILD twice from this commit, the second with --no-cache, and compare the
-    two image digests; when they differ, list the files (and settings) that do and fail."""
-    tag = repro_parser().parse_args(list(posargs)).tag
-    first = dataclasses.replace(SMOKE_BUILD, tag=tag)
-    second = dataclasses.replace(SMOKE_BUILD, tag=f"{tag}-repro", no_cache=True)
+    """Build an image twice from this commit, the second time with --no-cache (as TAG-repro,
+    removed when it matches), and compare the two digests; when they differ, list the files
+    (and settings) that do and fail. ``posargs``: `nox -s image`'s options (default: CI's
+    image, SMOKE_BUILD; e.g. `gpu --local --drop-caches` for a GPU one on a small disk)."""
+    first = parse_image_options(posargs) if posargs else SMOKE_BUILD
+    second = dataclasses.replace(first, tag=f"{first.tag}-repro", no_cache=True, drop_caches=True)
     build_image(session, first)
-    build_image(session, second, keep_caches=False)
+    build_image(session, second)
     digests = [image_id(build.tag) for build in (first, second)]
     if digests[0] == digests[1]:
         session.run("docker", "image", "rm", second.tag, external=True, silent=True)

@@ -192,7 +192,7 @@ def file_facts(stream: IO[bytes]) -> dict[str, FileFacts]:
     what the exporting container made (rootfs.RUNTIME_PATHS) left out, as the container's
     marker file."""
     facts: dict[str, FileFacts] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as archive:
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as archive:
         for info in archive:
             path = normalise_name(info.name)
             if not path or path in CONTAINER_ONLY:

@@ -143,7 +143,7 @@ def canonical_chunks(
     (in place of a path the image has). ImageArchiveError if the export is not sorted."""
     added = sorted(extra, key=lambda file: sort_key(file.path))
     previous: list[str] | None = None
-    with tarfile.open(fileobj=exported, mode="r|", encoding=ENCODING) as archive:
+    with tarfile.open(fileobj=exported, mode="r|", encoding=ENCODING, bufsize=_CHUNK) as archive:
         for member in archive:
             path = normalise_name(member.name)
             if not path or path in CONTAINER_ONLY or (keep is not None and not keep(path)):

@@ -218,33 +218,55 @@ def test_a_rebuild_removes_only_the_images_its_tags_named_before(
 
 
 def _repro(
-    session: FakeSession, monkeypatch: pytest.MonkeyPatch, ids: dict[str, str], lines: list[str]
+    session: FakeSession,
+    monkeypatch: pytest.MonkeyPatch,
+    ids: dict[str, str],
+    lines: list[str],
+    posargs: list[str],
 ) -> list[images.ImageBuild]:
     built: list[images.ImageBuild] = []
-    monkeypatch.setattr(images, "build_image", lambda s, build, **kw: built.append(build))
+    monkeypatch.setattr(images, "build_image", lambda s, build: built.append(build))
     monkeypatch.setattr(images, "image_id", ids.get)
     monkeypatch.setattr(images, "compare_images", lambda a, b: lines)
-    images.check_reproducible(session, ["--tag", "me:cpu"])
+    images.check_reproducible(session, posargs)
     return built
 
 
 def test_image_repro_builds_twice_the_second_without_cache_and_compares_digests(
     session: FakeSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    built = _repro(session, monkeypatch, {"me:cpu": "sha256:a", "me:cpu-repro": "sha256:a"}, [])
-    assert [(b.tag, b.no_cache) for b in built] == [("me:cpu", False), ("me:cpu-repro", True)]
-    assert built[0] == dataclasses.replace(images.SMOKE_BUILD, tag="me:cpu")
-    assert session.logs[-1] == "me:cpu and a --no-cache rebuild have one digest: sha256:a"
-    assert ["docker", "image", "rm", "me:cpu-repro"] in session.runs
+    ids = {"ddpimg:cpu": "sha256:a", "ddpimg:cpu-repro": "sha256:a"}
+    built = _repro(session, monkeypatch, ids, [], [])
+    assert built == [
+        images.SMOKE_BUILD,
+        dataclasses.replace(
+            images.SMOKE_BUILD, tag="ddpimg:cpu-repro", no_cache=True, drop_caches=True
+        ),
+    ]
+    assert session.logs[-1] == "ddpimg:cpu and a --no-cache rebuild have one digest: sha256:a"
+    assert ["docker", "image", "rm", "ddpimg:cpu-repro"] in session.runs
+
+
+def test_image_repro_takes_the_image_options(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = {"me:gpu": "sha256:a", "me:gpu-repro": "sha256:a"}
+    posargs = ["gpu", "--local", "--drop-caches", "--tag", "me:gpu"]
+    first, second = _repro(session, monkeypatch, ids, [], posargs)
+    assert (first.flavour, first.local, first.drop_caches, first.no_cache) == (
+        "gpu", True, True, False
+    )  # fmt: skip
+    assert (second.tag, second.no_cache) == ("me:gpu-repro", True)
 
 
 def test_image_repro_lists_the_differing_files_and_fails(
     session: FakeSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = [f"content differ: /f{i}" for i in range(images.REPRO_LINES + 5)]
+    ids = {"ddpimg:cpu": "sha256:a", "ddpimg:cpu-repro": "sha256:b"}
     with pytest.raises(SessionError) as failed:
-        _repro(session, monkeypatch, {"me:cpu": "sha256:a", "me:cpu-repro": "sha256:b"}, lines)
+        _repro(session, monkeypatch, ids, lines, [])
     message = str(failed.value)
-    assert "me:cpu is sha256:a, me:cpu-repro (kept for a look" in message
+    assert "ddpimg:cpu is sha256:a, ddpimg:cpu-repro (kept for a look" in message
     assert f"{len(lines)} differences:\ncontent differ: /f0" in message
     assert message.endswith("... and 5 more")
