@@ -33,9 +33,10 @@ def test_each_build_takes_its_bases_lock(
     assert lock in aptlocks.APT_BASES
 
 
-def test_the_local_bases_lock_is_committed_with_every_stage() -> None:
-    (path,) = aptlocks.apt_lock_files("debian12")
-    assert path.name == "debian12-amd64.txt"
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_the_local_bases_lock_is_committed_with_every_stage(arch: str) -> None:
+    path = aptlocks.APT_LOCK_DIR / f"debian12-{arch}.txt"
+    assert path in aptlocks.apt_lock_files("debian12")
     lines = [line.split() for line in path.read_text().splitlines() if not line.startswith("#")]
     sections = {fields[0] for fields in lines}
     assert sections == {
