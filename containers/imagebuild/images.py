@@ -303,11 +303,15 @@ def drop_replaced(session: Session, before: Mapping[str, str | None]) -> None:
                         external=True, silent=True)  # fmt: skip
 
 
-def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
+def build_image(
+    session: Session, build: ImageBuild, facts: Mapping[str, str] | None = None
+) -> tuple[float, int]:
     """`docker build` containers/Dockerfile for ``build``, then make the image reproducible
-    (reproduce.normalise, at the last commit's date); the time taken and the size. With
-    ``build.drop_caches`` the build stage and the layered image go as soon as they are used
-    (a machine that never builds again, like CI's, needs the disk)."""
+    (reproduce.normalise, at the last commit's date); the time taken and the size. ``facts``:
+    context.source_facts() (read now when not given). With ``build.drop_caches`` the build
+    stage and the layered image go as soon as they are used (a machine that never builds
+    again, like CI's, needs the disk)."""
+    facts = dict(facts or source_facts())
     reason = missing_lock(build.torch)
     if reason is not None:
         session.error(reason)
@@ -352,7 +356,7 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
         inputs = None
         if build.local and not build.no_cache:
             base_ids = [image_id(base) or base for base in bases]
-            args = build_args(build, source_facts(), None, machine)
+            args = build_args(build, facts, None, machine)
             inputs = build_inputs(context, args, base_ids)
             ready = built_from(build.tag, inputs)
             if ready is not None:
@@ -364,7 +368,6 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
             target = cross.pip_args(LOCAL_BASE_PYTHON) if cross is not None else []
             wheels = wheelhouse(session, lock_file(build.torch), build.mpi4py_wheel, target)
             wheels_url = stack.enter_context(wheels)
-        facts = source_facts()
         args = build_args(build, facts, wheels_url, machine)
         started = time.monotonic()
         for command in docker_commands(build, context, args, machine):
@@ -461,8 +464,10 @@ def check_reproducible(session: Session, posargs: Sequence[str] = ()) -> None:
     image, SMOKE_BUILD; e.g. `gpu --local --drop-caches` for a GPU one on a small disk)."""
     first = parse_image_options(posargs) if posargs else SMOKE_BUILD
     second = dataclasses.replace(first, tag=f"{first.tag}-repro", no_cache=True, drop_caches=True)
-    build_image(session, first)
-    build_image(session, second)
+    # One commit's revision and date for both, even if a commit lands between the two builds.
+    facts = source_facts()
+    build_image(session, first, facts)
+    build_image(session, second, facts)
     digests = [image_id(build.tag) for build in (first, second)]
     if digests[0] == digests[1]:
         session.run("docker", "image", "rm", second.tag, external=True, silent=True)

@@ -225,7 +225,7 @@ def _repro(
     posargs: list[str],
 ) -> list[images.ImageBuild]:
     built: list[images.ImageBuild] = []
-    monkeypatch.setattr(images, "build_image", lambda s, build: built.append(build))
+    monkeypatch.setattr(images, "build_image", lambda s, build, facts: built.append(build))
     monkeypatch.setattr(images, "image_id", ids.get)
     monkeypatch.setattr(images, "compare_images", lambda a, b: lines)
     images.check_reproducible(session, posargs)
