@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Protocol, cast
 if TYPE_CHECKING:
     import argparse
 
-from ddpimg import __version__, exitcodes
+from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, report
 from ddpimg.optional import missing_package
+from ddpimg.version import __version__
 
 
 class CommandModule(Protocol):

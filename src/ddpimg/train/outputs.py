@@ -21,13 +21,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import ddpimg
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
 from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
+from ddpimg.version import __version__
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -99,7 +99,7 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "nccl": nccl,
         "deepspeed": deepspeed,
-        "ddpimg": ddpimg.__version__,
+        "ddpimg": __version__,
         "image": read_build_info(env),
     }
 

@@ -34,10 +34,11 @@ from torch import nn
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
-from ddpimg.train.tasks.gpt import GptOptions, hf
+from ddpimg.train.tasks.gpt import hf
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
 from ddpimg.train.tasks.gpt.data import ShardData, synthetic_tokens
 from ddpimg.train.tasks.gpt.model import Gpt
+from ddpimg.train.tasks.gpt.options import GptOptions
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext

@@ -21,7 +21,7 @@ from ddpimg.data.sources import open_splits, prepare
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.tasks.datasets import sample_count
-from ddpimg.train.tasks.resnet import ResnetOptions
+from ddpimg.train.tasks.resnet.options import ResnetOptions
 from ddpimg.train.tasks.resnet.stream import (
     EVAL,
     TRAIN,
