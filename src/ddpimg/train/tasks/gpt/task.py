@@ -129,7 +129,7 @@ class GptTask:
                 self.seq_len,
                 self.shape.vocab_size,
                 train_samples=config.train_samples,
-                eval_samples=config.eval_samples,
+                eval_samples=config.first_eval_samples,
                 device=self.device,
             )
         limit_source = (
@@ -141,7 +141,7 @@ class GptTask:
         return self.shards.datasets(
             self.seq_len,
             train_samples=config.train_samples,
-            eval_samples=config.eval_samples,
+            eval_samples=config.first_eval_samples,
             device=self.device,
         )
 

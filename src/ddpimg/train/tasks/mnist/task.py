@@ -57,7 +57,9 @@ class MnistTask:
         self._facts: dict[str, Any] = {}
 
     def datasets(self) -> tuple[Dataset, Dataset]:
-        data = load_mnist(self.config.data, self.config.train_samples, self.config.eval_samples)
+        data = load_mnist(
+            self.config.data, self.config.train_samples, self.config.first_eval_samples
+        )
         self._facts = {
             "source": data.source,
             "train_samples": len(data.train),

@@ -98,7 +98,7 @@ class ToyTask:
         source = "the toy set"
         train = sample_count(ROWS, self.config.train_samples, "--train-samples", "training", source)
         test = sample_count(
-            EVAL_ROWS, self.config.eval_samples, "--eval-samples", "evaluation", source
+            EVAL_ROWS, self.config.first_eval_samples, "--eval-samples", "evaluation", source
         )
         return (
             ToyRows(torch.arange(train, dtype=torch.float32, device=self.device)),
