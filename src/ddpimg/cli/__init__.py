@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "render (and submit) a Slurm batch script for a site, an image and a train command",
         "sbatch_cmd",
     ),
-    "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
+    "plot": ("plot a run's loss, learning rate and throughput; several overlaid", "plot_cmd"),
     "data": (
         "prepare datasets: pack an image tree into shards, index a dataset, tokenize text",
         "data_cmd",
