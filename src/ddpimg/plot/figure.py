@@ -9,6 +9,7 @@ output's suffix (.png by default, .svg, .pdf).
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,13 +45,14 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
     per_run = panels(runs)
     scaled = shows_scaling(runs)
     profiled = any(run.breakdown for run in runs)
-    rows = -(-len(per_run) // 2) + scaled + profiled
+    per_run_rows = math.ceil(len(per_run) / 2)
+    rows = per_run_rows + int(scaled) + int(profiled)
     figure = Figure(figsize=(WIDTH_IN, TITLE_IN + ROW_IN * rows), dpi=DPI, layout="constrained")
     grid = figure.add_gridspec(rows, 2)
     looks = styles(runs, names)
     for index, draw in enumerate(per_run):
         draw(figure.add_subplot(grid[index // 2, index % 2]), runs, looks)
-    row = -(-len(per_run) // 2)
+    row = per_run_rows
     if scaled:
         draw_scaling(figure.add_subplot(grid[row, 0]), figure.add_subplot(grid[row, 1]), runs)
         row += 1
