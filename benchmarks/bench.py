@@ -1,6 +1,7 @@
 """The benchmark session (``nox -s bench``): ddpimg against plain PyTorch, and its own costs.
 
-Parts (benchmarks/parts/, one module each; docs/performance.md says what each row means):
+Parts (benchmarks/parts/, one module each; docs/benchmarks.md says what each row means, and
+docs/performance.md shows the current figures):
 
 * ``env``: ``ddpimg env --json`` against ``python -c pass``; whether it imports torch.
 * ``startup``: time to the first training step, by phase; the whole process of
@@ -29,7 +30,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 
 Results go to ``<out>/<hostname>-<date>.json``; a later run on the same day replaces the
 parts it ran and keeps the others, so one part can be rerun alone. The table of every
-part in the file is printed (Markdown).
+part in the file is printed (Markdown). With the default ``--out`` (benchmarks/results), the
+figures docs/performance.md shows are drawn again from the results there (``figures.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import figures
 from parts import (
     ab,
     accumulation,
@@ -64,6 +67,7 @@ from parts import (
 )
 from parts.common import HERE, Row
 
+RESULTS = HERE / "results"
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
     "env": lambda ns: env.run(ns.env_count),
     "startup": lambda ns: startup.run(ns.repeats, ns.startup_before),
@@ -145,7 +149,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             help=f"the gpu part's {name} batch (default: on a GPU the largest that fits, "
             "searched first; in the dry run its toy batch)",
         )
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     ns = parser.parse_args(argv)
     unknown = sorted(set(ns.parts.split(",")) - set(PARTS))
@@ -196,6 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.markdown.write_text(table + "\n")
     print(table)
     print(f"\nwrote {path}", file=sys.stderr)
+    if ns.out.resolve() == RESULTS.resolve():
+        try:
+            for name in figures.draw_all(RESULTS, figures.IMAGES):
+                print(f"drew {figures.IMAGES / name}", file=sys.stderr)
+        except ImportError as err:
+            print(f"bench: no figures: {err} (pip install matplotlib)", file=sys.stderr)
     if failed:
         print(f"bench: failed parts: {', '.join(failed)}", file=sys.stderr)
         return 1

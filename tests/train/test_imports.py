@@ -1,5 +1,5 @@
-"""What a ``train`` run imports: only what it uses (docs/performance.md, "What a run
-imports"). Each case is one real run of one process and one step, read through
+"""What a ``train`` run imports: only what it uses (docs/benchmarks.md, "What a run
+imports, and when"). Each case is one real run of one process and one step, read through
 ``-X importtime`` (every module the process imported, once, in its stderr)."""
 
 from __future__ import annotations

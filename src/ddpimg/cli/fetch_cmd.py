@@ -79,7 +79,7 @@ def _plot(local: Path) -> None:
 
     if importlib.util.find_spec("matplotlib") is None:
         shown = printable(str(local))
-        remote_common.say(f"ddpimg plot {shown} -o {PLOT} draws it (needs matplotlib)")
+        remote_common.say(f"ddpimg plot {shown} draws it into {PLOT} (needs matplotlib)")
         return
     from ddpimg.errors import DdpimgError
     from ddpimg.plot import plot_runs

@@ -1,5 +1,7 @@
-"""``ddpimg plot RUN_DIR... -o FILE.png``: loss and accuracy per epoch of several runs,
-throughput and scaling efficiency against the number of processes (``ddpimg.plot``)."""
+"""``ddpimg plot RUN... [-o FILE]``: one run's loss, learning rate, throughput and time per
+step over its steps, or several runs overlaid with the scaling panels when their world sizes
+differ (``ddpimg.plot``). One run is drawn into ``RUN/plot.png`` unless ``-o`` says
+otherwise; several need ``-o``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ddpimg import exitcodes
+from ddpimg.errors import DdpimgError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs",
         nargs="+",
         type=Path,
-        metavar="RUN_DIR",
+        metavar="RUN",
         help="train runs (each with metrics.jsonl): their directories, or the names of runs "
         "in ./runs (or $DDPIMG_RUNS), or latest",
     )
@@ -23,10 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         type=Path,
-        required=True,
-        metavar="FILE.png",
-        help="the image to write (format from the suffix: .png, .pdf, .svg); an existing "
-        "file is replaced only with --force",
+        default=None,
+        metavar="FILE",
+        help="the image to write, its format from the suffix: .png, .svg, .pdf (default for "
+        "one run: RUN/plot.png, redrawn each time; several runs need -o); an existing file "
+        "is replaced only with --force",
     )
     parser.add_argument(
         "--force", action="store_true", help="replace the file -o names if it exists"
@@ -35,13 +39,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     from ddpimg.fsio import check_new
-    from ddpimg.plot import plot_runs, read_run, threads_caveat
+    from ddpimg.plot import DEFAULT_NAME, plot_runs, read_run, threads_caveat
     from ddpimg.runs.latest import resolve_run
 
-    check_new(args.output, force=args.force, flag="-o")
-    runs = [read_run(resolve_run(str(path))) for path in args.runs]
-    plot_runs(runs, args.output)
-    print(f"wrote {args.output}")
+    directories = [resolve_run(str(path)) for path in args.runs]
+    output = args.output
+    if output is None:
+        if len(directories) > 1:
+            raise DdpimgError(
+                f"{len(directories)} runs and no -o: say where their plot goes",
+                hint="add -o FILE.png (or .svg); a single run is drawn into RUN/plot.png",
+            )
+        output = directories[0] / DEFAULT_NAME
+    else:
+        check_new(output, force=args.force, flag="-o")
+    runs = [read_run(directory) for directory in directories]
+    plot_runs(runs, output)
+    print(f"wrote {output}")
     caveat = threads_caveat(runs)
     if caveat:
         print(f"ddpimg: note: {caveat}", file=sys.stderr)

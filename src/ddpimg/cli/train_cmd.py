@@ -4,6 +4,7 @@ start N local workers through torchrun's own launcher API."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -134,6 +135,10 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
     # failed step in the batch script.
     for sig in preemption.signals:
         signal.signal(sig, signal.SIG_IGN)
+    # The process ends next. Its last collection would walk every object torch and its
+    # compiler stack made, for nothing the run still needs (its files are closed, its process
+    # group is gone): 1.2-2.5 s of a smoke run's exit on 2 busy cores, 0.3-0.6 s frozen.
+    gc.freeze()
     return status
 
 

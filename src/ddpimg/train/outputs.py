@@ -21,13 +21,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import ddpimg
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
 from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
+from ddpimg.version import __version__
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -99,7 +99,7 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "nccl": nccl,
         "deepspeed": deepspeed,
-        "ddpimg": ddpimg.__version__,
+        "ddpimg": __version__,
         "image": read_build_info(env),
     }
 
@@ -264,15 +264,26 @@ class RunRecorder:
         self.progress.train(step, epoch, loss, samples_per_s)
 
     def eval(
-        self, epoch: int, loss: float, accuracy: float, *, samples: int, step: int | None = None
+        self,
+        epoch: int,
+        loss: float,
+        accuracy: float,
+        *,
+        samples: int,
+        set_samples: int | None = None,
+        step: int | None = None,
     ) -> None:
-        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples, after
-        ``step`` optimizer steps."""
+        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples of an
+        evaluation set of ``set_samples`` (the same number when None), after ``step``
+        optimizer steps."""
         record: dict[str, Any] = {"kind": "eval", "epoch": epoch}
         if step is not None:
             record["step"] = step
-        self.metrics.write(record | {"loss": loss, "accuracy": accuracy, "samples": samples})
-        self.progress.eval(epoch, loss, accuracy)
+        of = samples if set_samples is None else set_samples
+        self.metrics.write(
+            record | {"loss": loss, "accuracy": accuracy, "samples": samples, "set_samples": of}
+        )
+        self.progress.eval(epoch, loss, accuracy, samples=samples, set_samples=of)
 
     def startup(self, report: Mapping[str, Any]) -> None:
         """Record where the time to the first step went (manifest.json's ``startup``)."""
