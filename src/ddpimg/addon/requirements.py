@@ -58,7 +58,7 @@ class UserRequirement:
 def read_requirements(path: Path) -> list[UserRequirement]:
     """The requirements of ``path`` and the files it includes, in order."""
     found: list[UserRequirement] = []
-    _read(path, found, depth=0, seen=())
+    _read(path, found, depth=0, seen=(), files=[])
     if not found:
         raise AddonError(
             f"{printable(str(path))}: no requirement in it",
@@ -67,7 +67,21 @@ def read_requirements(path: Path) -> list[UserRequirement]:
     return found
 
 
-def _read(path: Path, found: list[UserRequirement], depth: int, seen: tuple[Path, ...]) -> None:
+def included_files(path: Path) -> list[Path]:
+    """``path`` and every file it includes (``-r``), as given."""
+    files: list[Path] = []
+    _read(path, [], depth=0, seen=(), files=files)
+    return files
+
+
+def _read(
+    path: Path,
+    found: list[UserRequirement],
+    depth: int,
+    seen: tuple[Path, ...],
+    files: list[Path],
+) -> None:
+    files.append(path)
     real = Path(os.path.realpath(path))
     if real in seen:
         raise AddonError(
@@ -93,7 +107,7 @@ def _read(path: Path, found: list[UserRequirement], depth: int, seen: tuple[Path
         if line.startswith("-"):
             include = _include(line)
             if include is not None:
-                _read(path.parent / include, found, depth + 1, (*seen, real))
+                _read(path.parent / include, found, depth + 1, (*seen, real), files)
                 continue
             _refuse_option(line, where)
         _add(_drop_hashes(line), where, found)

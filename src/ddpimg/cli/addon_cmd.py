@@ -4,6 +4,7 @@
     ddpimg addon build --lock timm.lock                # exactly that lock again
     ddpimg addon build -r requirements.txt --image ddpimg:cpu     # from the host, in the image
     ddpimg addon image timm.addon.sqsh --tag ddpimg:cpu-timm      # Docker / podman: one layer more
+    ddpimg addon check                                 # the add-ons mounted here, and whether they fit
     ddpimg addon install-hook                          # a venv of your own sees mounted add-ons
 
 ``build`` runs with the image's own Python (``docker run ... ddpimg:cpu ddpimg addon build``,
@@ -97,6 +98,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     image.add_argument(
         "--engine", choices=("docker", "podman"), help="default: docker, else podman"
     )
+    sub.add_parser(
+        "check",
+        help="list the add-ons mounted here and check each fits this image (exit 2 if not)",
+        description="List the add-ons mounted under /opt/ddpimg/addons (or "
+        "$DDPIMG_ADDON_ROOT) and check them as train does at start: made for this image's "
+        "package set, readable, no package twice.",
+        allow_abbrev=False,
+    )
     hook = sub.add_parser(
         "install-hook",
         help="make this Python environment see mounted add-ons (ddpimg's images have it)",
@@ -116,6 +125,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
         tag = build_image(args.addons, args.base, args.tag, args.engine)
         print(tag, flush=True)
+        return exitcodes.OK
+    if args.addon_command == "check":
+        import os
+
+        from ddpimg.addon.mounted import check_addons, explain_lines
+
+        for line in explain_lines(os.environ) or ["no add-on is mounted here"]:
+            print(line)
+        check_addons(os.environ)
         return exitcodes.OK
     from ddpimg.addon.sitepath import install_hook
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import ddpimg
+from ddpimg.addon.mounted import addon_records
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
@@ -213,6 +214,7 @@ class RunRecorder:
             },
             "run_info": ctx.run_info,
             "versions": collect_versions(env),
+            "addons": addon_records(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
         resumed = resume is not None and resume.in_out
