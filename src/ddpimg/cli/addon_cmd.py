@@ -1,11 +1,11 @@
 """``ddpimg addon``: your own packages beside the image, never in it (docs/addons.md).
 
-    ddpimg addon build -r requirements.txt             # in the image: NAME.addon.sqsh + NAME.lock
-    ddpimg addon build --lock timm.lock                # exactly that lock again
-    ddpimg addon build -r requirements.txt --image ddpimg:cpu     # from the host, in the image
-    ddpimg addon image timm.addon.sqsh --tag ddpimg:cpu-timm      # Docker / podman: one layer more
-    ddpimg addon check                                 # the add-ons mounted here, and whether they fit
-    ddpimg addon install-hook                          # a venv of your own sees mounted add-ons
+    ddpimg addon build -r requirements.txt     # in the image: NAME.addon.sqsh + NAME.lock
+    ddpimg addon build --lock timm.lock        # exactly that lock again
+    ddpimg addon build -r requirements.txt --image ddpimg:cpu   # from the host, in the image
+    ddpimg addon image timm.addon.sqsh --tag ddpimg:cpu-timm    # Docker, podman: one more layer
+    ddpimg addon check                         # the add-ons mounted here, and whether they fit
+    ddpimg addon install-hook                  # a venv of your own sees mounted add-ons
 
 ``build`` runs with the image's own Python (``docker run ... ddpimg:cpu ddpimg addon build``,
 ``apptainer exec ddp.sif ddpimg addon build``), or from the host with ``--image``, which runs

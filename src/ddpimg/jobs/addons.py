@@ -22,6 +22,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path, PurePosixPath
 
+from ddpimg.jobs.directives import SINGLE_QUOTED
 from ddpimg.jobs.findings import ERROR, Finding
 from ddpimg.jobs.spec import JobSpec
 
@@ -53,8 +54,12 @@ def path_word(path: str) -> str:
     return shlex.quote(path) if path.startswith("/") else '"${PWD}"/' + shlex.quote(path)
 
 
-def unpacked_word(name: str) -> str:
-    return f'"${{{UNPACKED}}}"/{shlex.quote(name)}'
+def unpacked_mounts(spec: JobSpec) -> list[str]:
+    """``HOST:TARGET:ro`` of each unpacked add-on, for the inside of double quotes (a valid
+    name holds nothing the shell acts on); none for the runtimes that mount the file."""
+    if spec.runtime not in UNPACK_RUNTIMES:
+        return []
+    return [f"${{{UNPACKED}}}/{name}:{target(name)}:ro" for name, _ in named_addons(spec)]
 
 
 def target(name: str) -> str:
@@ -78,13 +83,8 @@ def edf_mounts(spec: JobSpec) -> list[str]:
 
 
 def unpacked_binds(spec: JobSpec) -> list[str]:
-    """``HOST:TARGET:ro`` words (quoted) of the unpacked add-ons, for pyxis, podman-hpc and
-    docker."""
-    if spec.runtime not in UNPACK_RUNTIMES:
-        return []
-    return [
-        unpacked_word(name) + shlex.quote(f":{target(name)}:ro") for name, _ in named_addons(spec)
-    ]
+    """The unpacked add-ons' binds as shell words, for podman-hpc's and docker's --volume."""
+    return [f'"{mount}"' for mount in unpacked_mounts(spec)]
 
 
 def addon_lines(spec: JobSpec) -> list[str]:
@@ -114,10 +114,10 @@ def addon_lines(spec: JobSpec) -> list[str]:
 
 def _unpack_lines(spec: JobSpec) -> list[str]:
     why = {
-        "pyxis": "enroot cannot mount a squashfs file for a user (NVIDIA/enroot#180)",
+        "pyxis": "enroot cannot mount a squashfs file for a user, NVIDIA/enroot#180",
         "podman-hpc": "podman cannot mount a squashfs file for a user",
         "docker": "docker cannot mount a squashfs file",
-        "none": "there is no container to mount it in",
+        "none": "no container mounts it",
     }[spec.runtime]
     pairs = " ".join(f"{shlex.quote(name)} {path_word(path)}" for name, path in named_addons(spec))
     unpack = shlex.quote(
@@ -127,9 +127,10 @@ def _unpack_lines(spec: JobSpec) -> list[str]:
         ">/dev/null || exit 1; shift 2; done"
     )
     lines = [
-        f"# The add-ons unpacked once on each node's own disk ({why}); the step binds",
-        "# them read-only, and they are removed after it.",
+        f"# Each node unpacks the add-ons once onto its own disk ({why});",
+        "# the step binds them read-only, and they are removed after it.",
         f'export {UNPACKED}="{spec.local_dir}/ddpimg-addons-${{SLURM_JOB_ID}}"',
+        SINGLE_QUOTED,
         f"srun --nodes={spec.step_nodes} --ntasks-per-node=1 --ntasks={spec.step_nodes} "
         f'bash -c {unpack} "${{{UNPACKED}}}" {pairs} || {{',
         "    echo 'ddpimg: unpacking the add-ons on the nodes failed' >&2",

@@ -39,7 +39,13 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddpimg.jobs.addons import DIGESTS, apptainer_binds, edf_mounts, unpacked_binds
+from ddpimg.jobs.addons import (
+    DIGESTS,
+    apptainer_binds,
+    edf_mounts,
+    unpacked_binds,
+    unpacked_mounts,
+)
 from ddpimg.jobs.data import STAGED, image_bind, image_mount, staged_bind
 from ddpimg.jobs.spec import JobSpec
 from ddpimg.site.fabric import split_bind
@@ -163,11 +169,18 @@ def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> 
     )
 
 
+def _double_quoted(text: str) -> str:
+    """``text`` for the inside of double quotes: what bash acts on there, escaped."""
+    for char in ("\\", '"', "$", "`"):
+        text = text.replace(char, "\\" + char)
+    return text
+
+
 def _pyxis(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invocation:
-    staged = [staged_bind(target_too=True)] if spec.stage_data else []
-    mounts = ",".join(
-        [WORKDIR_BIND, *(_host_and_target(b) for b in spec.binds), *staged, *unpacked_binds(spec)]
-    )
+    # One double-quoted word: the job's variables expand in it, the binds are escaped.
+    staged = [f"${{{STAGED}}}:${{{STAGED}}}"] if spec.stage_data else []
+    binds = [_double_quoted(":".join(split_bind(bind))) for bind in spec.binds]
+    mounts = '"' + ",".join(["${PWD}:${PWD}", *binds, *staged, *unpacked_mounts(spec)]) + '"'
     return Invocation(
         srun_options=(
             f"--container-image={shlex.quote(spec.image)}",
