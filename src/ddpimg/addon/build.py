@@ -230,7 +230,10 @@ class _Run:
         wheels = self.wheels(lock)
         site = self.root / SITE_DIR
         site.mkdir(parents=True)
-        self.step(f"installing {len(lock.packages)} packages into the add-on's own site-packages")
+        count = len(lock.packages)
+        self.step(
+            f"installing {count} package{'s' * (count != 1)} into the add-on's own site-packages"
+        )
         pins = self.work / "pins.txt"
         pins.write_text("".join(f"{item.pin}\n" for item in lock.packages), encoding="utf-8")
         pipcalls.install(self.pip, wheels, pins, site)

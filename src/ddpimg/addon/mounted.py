@@ -15,6 +15,7 @@ manifest records it (``null`` when nobody said).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -129,11 +130,12 @@ def check_addons(env: Mapping[str, str]) -> list[Mounted]:
 
 
 def explain_lines(env: Mapping[str, str]) -> list[str]:
-    """``ddpimg env --explain`` and ``ddpimg doctor``: one line an add-on (none: nothing)."""
+    """``ddpimg env --explain`` and ``ddpimg doctor``: one line an add-on (none mounted: one
+    line saying so where the add-on root exists, as in ddpimg's images)."""
+    root = sitepath.addon_root(dict(env))
     addons = mounted_addons(env)
     if not addons:
-        return []
-    root = sitepath.addon_root(dict(env))
+        return [f"add-ons: none mounted at {printable(root)}"] if os.path.isdir(root) else []
     identity = sitepath.current_package_set(root)[0]
     lines = []
     for addon in addons:

@@ -13,10 +13,11 @@ packages, and is removed for the training process anyway (``ddpimg.cleanenv``).
 Each add-on mounted at ``ROOT/NAME`` (``$DDPIMG_ADDON_ROOT`` instead of ``/opt/ddpimg/addons``
 where the job has no container, ``ddpimg sbatch --runtime none``) holds ``site-packages/``
 and the identity of the package set it was made for (``PACKAGE_SET_FILE``). An add-on made
-for this environment's package set is appended to ``sys.path`` (``site.addsitedir``: after
-every site directory, its own ``.pth`` files processed); one made for another is left off,
-with one warning line on stderr unless the process is ddpimg itself, which refuses to start
-with an error of its own (``ddpimg.addon.mounted``).
+for this environment's package set is appended to ``sys.path`` once ``site`` has added every
+site directory (``on_start`` says how), with ``site.addsitedir``: its own ``.pth`` files are
+processed. One made for another package set is left off, with one warning line on stderr
+unless the process is ddpimg itself, which refuses to start with an error of its own
+(``ddpimg.addon.mounted``).
 
 The package set is what the environment's Python sees in its site directories: every
 distribution's name and version (from the names of their ``.dist-info`` / ``.egg-info``
@@ -195,21 +196,48 @@ def _is_ddpimg() -> bool:
     return False
 
 
-def extend() -> None:
-    """Append the add-ons made for this environment to ``sys.path``, after its site
-    directories (the hook; idempotent: a venv's ``lib64`` link makes ``site`` read the same
-    .pth file twice)."""
-    if _ran:
+def on_start() -> None:
+    """What the ``.pth`` line runs: nothing when no add-on is mounted; else ``extend`` once
+    ``site`` has put every site directory on the path. ``site`` runs a venv's ``.pth``
+    files twice, the first time before it knows the venv's prefixes, and a venv over a
+    system Python (``--system-site-packages``) adds the system's directories after its
+    own: so the add-ons are appended at the first import made outside ``site``'s work on
+    the site directories (its ``import sitecustomize``, at the latest)."""
+    if _ran or not mounted(addon_root()):
         return
     _ran.append(True)
-    root = addon_root()
-    found = mounted(root)
-    if not found:
-        return
+    sys.meta_path.insert(0, _AfterSite)  # type: ignore[arg-type]
+
+
+class _AfterSite:
+    """A meta path finder that finds nothing: its first call outside ``site``'s setup
+    removes it and runs ``extend``."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: object = None, target: object = None) -> None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename.endswith("site.py") and code.co_name in _SITE_SETUP:
+                return None
+            frame = frame.f_back  # type: ignore[assignment]
+        if _AfterSite in sys.meta_path:
+            sys.meta_path.remove(_AfterSite)  # type: ignore[arg-type]
+            extend()
+        return None
+
+
+_SITE_SETUP = ("addsitedir", "addpackage", "addsitepackages", "addusersitepackages", "venv")
+
+
+def extend() -> None:
+    """Append the add-ons made for this environment to ``sys.path``, after its site
+    directories, each with ``site.addsitedir`` (its own ``.pth`` files processed)."""
     import site
 
+    root = addon_root()
     identity = ""
-    for name, path in found:
+    for name, path in mounted(root):
         wanted = read_package_set(path)
         if not identity:
             identity = current_package_set(root)[0]
@@ -226,11 +254,6 @@ def extend() -> None:
                     file=sys.stderr,
                 )
             continue
-        # A venv over a system Python (--system-site-packages) reads its own .pth files
-        # before the system's site directories are on the path: those go first.
-        for directory in site.getsitepackages():
-            if directory not in sys.path and os.path.isdir(directory):
-                sys.path.append(directory)
         site.addsitedir(os.path.join(path, SITE_DIR))
         added.append(name)
 
@@ -248,5 +271,5 @@ def install_hook(target: str | None = None) -> list[str]:
         stream.write(source)
     pth = os.path.join(directory, PTH_NAME)
     with open(pth, "w", encoding="utf-8") as stream:
-        stream.write(f"import {HOOK_MODULE}; {HOOK_MODULE}.extend()\n")
+        stream.write(f"import {HOOK_MODULE}; {HOOK_MODULE}.on_start()\n")
     return [module, pth]
