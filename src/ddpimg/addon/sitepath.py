@@ -206,7 +206,7 @@ def on_start() -> None:
     if _ran or not mounted(addon_root()):
         return
     _ran.append(True)
-    sys.meta_path.insert(0, _AfterSite)  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _AfterSite)
 
 
 class _AfterSite:
@@ -222,7 +222,7 @@ class _AfterSite:
                 return None
             frame = frame.f_back  # type: ignore[assignment]
         if _AfterSite in sys.meta_path:
-            sys.meta_path.remove(_AfterSite)  # type: ignore[arg-type]
+            sys.meta_path.remove(_AfterSite)
             extend()
         return None
 
