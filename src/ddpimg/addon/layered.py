@@ -29,6 +29,7 @@ from ddpimg.jobs.addons import addon_mount_name
 BUILD_TIMEOUT_S = 1800.0
 INSPECT_TIMEOUT_S = 60.0
 STAGE_DIR = "/tmp/ddpimg-addons"
+FILES_DIR = "/tmp/ddpimg-addon-files"
 LABEL = "org.ddpimg.addons"
 
 
@@ -42,15 +43,17 @@ def default_tag(base: str, names: Sequence[str]) -> str:
 def dockerfile(base: str, files: Sequence[tuple[str, str]], told: str) -> str:
     """The Dockerfile: ``files`` are (name, file name in the context); ``told``: the
     ``DDPIMG_ADDONS`` value of the new image."""
-    unpack = " && ".join(
-        f"unsquashfs -quiet -no-progress -no-xattrs -dest {STAGE_DIR}/{name} {STAGE_DIR}/{filename}"
+    # Unpacked by the image's user into a directory of its own (COPY's are root's).
+    unpack = "".join(
+        f" \\\n    && unsquashfs -no-progress -no-xattrs -dest {STAGE_DIR}/{name} "
+        f"{FILES_DIR}/{filename} >/dev/null"
         for name, filename in files
     )
     lines = [
         "# Made by `ddpimg addon image`: the base image plus one layer per add-on.",
         f"FROM {base} AS unpacked",
-        *(f"COPY {filename} {STAGE_DIR}/" for _, filename in files),
-        f"RUN {unpack} \\",
+        *(f"COPY {filename} {FILES_DIR}/" for _, filename in files),
+        f"RUN mkdir -p {STAGE_DIR}{unpack} \\",
         f"    && DDPIMG_ADDON_ROOT={STAGE_DIR} ddpimg addon check",
         f"FROM {base}",
         *(
