@@ -5,8 +5,8 @@
 - ``addon-probe-torch`` 1.0: a wheel requiring ``torch>=`` the environment's own torch;
 - ``addon-probe-pins`` 1.0: a wheel requiring another torch (``torch==2.5.1``);
 - ``addon-probe-sdist`` 1.0: a pure-Python source distribution (setuptools);
-- ``addon-probe-ext`` 1.0: a source distribution with a C++ extension compiled against
-  torch's headers (``torch.utils.cpp_extension``), which adds one to a tensor.
+- ``addon-probe-ext`` 1.0: a source distribution with a C++ extension compiled against the
+  building environment's torch headers, which says the torch version they are.
 
 Wheels are written byte for byte here (fixed times, sorted members), so the same call makes
 the same files.
@@ -30,22 +30,51 @@ EXTENSION = "addon-probe-ext"
 OTHER_TORCH = "2.5.1"
 _TIME = (1980, 1, 1, 0, 0, 0)
 
+# A C++ extension compiled against torch's headers: it reports the torch version of the
+# headers it was compiled with (a small header, so the build takes seconds, not the minute
+# torch/extension.h takes).
 EXTENSION_SOURCE = """\
-#include <torch/extension.h>
+#include <Python.h>
+#if __has_include(<torch/headeronly/version.h>)
+#include <torch/headeronly/version.h>
+#else
+#include <torch/version.h>
+#endif
 
-torch::Tensor add_one(const torch::Tensor& x) { return x + 1; }
+static PyObject* built_for(PyObject*, PyObject*) {
+    return Py_BuildValue("(iii)", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+}
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_one", &add_one); }
+static PyMethodDef methods[] = {
+    {"built_for", built_for, METH_NOARGS, "the torch version of the headers"},
+    {nullptr, nullptr, 0, nullptr},
+};
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "addon_probe_ext", nullptr, -1, methods};
+
+PyMODINIT_FUNC PyInit_addon_probe_ext() { return PyModule_Create(&module); }
 """
+# Found without importing torch (which takes seconds, at each of pip's metadata and build
+# steps): the torch of the environment that builds it, as it is there (no build isolation:
+# an isolated build would have no torch and fail).
 EXTENSION_SETUP = """\
-from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+import importlib.util
+import os
 
+from setuptools import Extension, setup
+
+torch = importlib.util.find_spec("torch").submodule_search_locations[0]
+include = os.path.join(torch, "include")
 setup(
     name="addon-probe-ext",
     version="1.0",
-    ext_modules=[CppExtension("addon_probe_ext", ["probe.cpp"])],
-    cmdclass={"build_ext": BuildExtension},
+    ext_modules=[
+        Extension(
+            "addon_probe_ext",
+            ["probe.cpp"],
+            include_dirs=[include, os.path.join(include, "torch", "csrc", "api", "include")],
+            language="c++",
+        )
+    ],
 )
 """
 
