@@ -26,7 +26,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_index(tmp_path_factory.mktemp("index"), version("torch"), extension=True)
 
 
-def _request(requirements: Path, index: Path, **options: object) -> BuildRequest:
+def _request(requirements: Path, index: Path) -> BuildRequest:
     return BuildRequest(
         requirements=requirements,
         lock=None,
@@ -34,7 +34,6 @@ def _request(requirements: Path, index: Path, **options: object) -> BuildRequest
         output=requirements.with_name("probe.addon.sqsh"),
         find_links=(str(index),),
         no_index=True,
-        **options,  # type: ignore[arg-type]
     )
 
 
