@@ -4,6 +4,7 @@ as a mount shows them."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from pathlib import Path
@@ -130,3 +131,14 @@ def test_digests_take_only_well_formed_entries() -> None:
     assert digests({"DDPIMG_ADDONS": f" a={'1' * 64} ,b=2,{'x' * 70}={'3' * 64}"}) == {
         "a": "1" * 64
     }
+
+
+def test_env_explain_lists_the_addons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _addon(tmp_path, "timm", _here(), {"timm": "1.0.31"})
+    monkeypatch.setenv(sitepath.ROOT_VARIABLE, str(tmp_path))
+    assert main(["env", "--explain", "--json", "--site", "local"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [addon["name"] for addon in document["addons"]] == ["timm"]
+    assert document["explain"][-1].startswith(f"add-on timm at {tmp_path / 'timm'}: timm 1.0.31")

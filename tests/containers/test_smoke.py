@@ -311,7 +311,8 @@ for case in pins direct ext; do
     echo "$case $?"
 done
 [ "$before" = "$(torch_files)" ] && echo "torch unchanged"
-pip list --path /opt/ddpimg/venv/lib/python3.11/site-packages 2>/dev/null | grep -ci addon-probe || true
+site=/opt/ddpimg/venv/lib/python3.11/site-packages
+pip list --path "$site" 2>/dev/null | grep -ci addon-probe || true
 """
 PROBE_SCRIPT = """
 import sys
