@@ -29,7 +29,7 @@ from typing import Any
 from ddpimg.addon.errors import AddonError
 from ddpimg.addon.packageset import PackageSet
 from ddpimg.addon.requirements import UserRequirement
-from ddpimg.addon.sitepath import canonical_name
+from ddpimg.addon.sitepath import ROOT_VARIABLE, canonical_name
 from ddpimg.errors import printable
 from ddpimg.untrusted import BadInput, read_json
 
@@ -60,7 +60,10 @@ class Pip:
             options += ["--find-links", directory]
         if no_index:
             options.append("--no-index")
-        env = dict(os.environ) | {"PIP_USER": "0", "PIP_NO_INPUT": "1"}
+        # No mounted add-on on pip's path (a build in an image that has some): what pip
+        # takes as installed is the image's own packages, nothing else.
+        no_addons = os.path.join(os.devnull, "addons")
+        env = dict(os.environ) | {"PIP_USER": "0", "PIP_NO_INPUT": "1", ROOT_VARIABLE: no_addons}
         return cls(sys.executable, tuple(options), env)
 
     def run(
