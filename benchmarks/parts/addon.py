@@ -55,7 +55,7 @@ for round in range(count + 1):
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     passed = time.perf_counter() - began
     inner = float(subprocess.run([sys.executable, "-c", timed], check=True,
-                                 capture_output=True, text=True).stdout)
+                                 capture_output=True, text=True).stdout) if imports else 0.0
     if round:  # the first round warms the page cache
         out["pass_s"].append(passed)
         out["import_s"].append(inner)
@@ -86,9 +86,9 @@ def _summary(stdout: str) -> dict[str, str]:
     return dict(line.split(None, 1) for line in stdout.splitlines() if line.strip())
 
 
-def _times(options: list[str], image: str, count: int) -> dict[str, list[float]]:
+def _times(options: list[str], image: str, count: int, imports: str) -> dict[str, list[float]]:
     proc = subprocess.run(
-        ["docker", "run", "--rm", *options, image, "python3", "-c", DRIVER, str(count), IMPORTS],
+        ["docker", "run", "--rm", *options, image, "python3", "-c", DRIVER, str(count), imports],
         capture_output=True, text=True, check=True, timeout=3600,
     )  # fmt: skip
     result: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
