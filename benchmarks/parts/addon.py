@@ -148,13 +148,18 @@ def run(image: str, count: int) -> tuple[list[Row], dict[str, Any]]:
                            capture_output=True, timeout=1800)  # fmt: skip
             subprocess.run(["squashfuse", str(addon), str(mount)], check=True, timeout=60)
             configs = {
-                "no add-on": ([], image),
-                "squashfuse mount": (["--volume", f"{mount}:/opt/ddpimg/addons/{NAME}:ro"], image),
-                "image layer": ([], layered),
-                "image's own site-packages": ([], own),
+                "no add-on": ([], image, ""),
+                "squashfuse mount": (
+                    ["--volume", f"{mount}:/opt/ddpimg/addons/{NAME}:ro"],
+                    image,
+                    IMPORTS,
+                ),
+                "image layer": ([], layered, IMPORTS),
+                "image's own site-packages": ([], own, IMPORTS),
             }
             results = {
-                name: _times(options, tag, count) for name, (options, tag) in configs.items()
+                name: _times(options, tag, count, imports)
+                for name, (options, tag, imports) in configs.items()
             }
         finally:
             subprocess.run(["fusermount", "-u", str(mount)], check=False, capture_output=True)
