@@ -91,3 +91,16 @@ def test_the_report_lists_what_is_added_and_refuses_an_image_package() -> None:
         parse_report(report, IMAGE)
     with pytest.raises(AddonError, match="no 'install' list"):
         parse_report({"version": "1"}, IMAGE)
+
+
+def test_a_build_backend_the_image_lacks_is_named() -> None:
+    output = (
+        "Preparing metadata (pyproject.toml): finished with status 'error'\n"
+        "  ModuleNotFoundError: No module named 'hatchling'\n"
+        "error: metadata-generation-failed\n"
+    )
+    error = resolution_error(output, IMAGE, [])
+    assert error.message == (
+        "a source distribution among the requirements is built by hatchling, which the image "
+        "does not have"
+    )

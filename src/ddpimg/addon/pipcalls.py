@@ -42,6 +42,7 @@ REPORT_LIMIT = 64 << 20
 TAIL_LINES = 25
 _DEPENDS = re.compile(r"^\s*(\S+) (\S+) depends on (\S.*)$")
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,15 @@ def resolution_error(
             f"never replaces, upgrades or shadows them):\n{listed}",
             hint="drop the package that requires another version (or pin an older release of "
             "it that accepts the image's), or use an image built with that version",
+        )
+    backend = _NO_MODULE.search(output)
+    if backend is not None and "metadata" in output:
+        return AddonError(
+            f"a source distribution among the requirements is built by "
+            f"{printable(backend.group(1))}, which the image does not have",
+            hint="give a wheel of it (pip wheel --no-deps NAME==VERSION -w wheels/ anywhere with "
+            "the same Python, then --find-links wheels/); an add-on is built with the image's "
+            "own tools, never with ones downloaded for the build",
         )
     missing = _NO_MATCH.search(output)
     if missing is not None:

@@ -102,9 +102,13 @@ def match_files(
 
 
 def _same_version(wanted: str | None, found: str) -> bool:
-    """A file name may spell a version otherwise (``1.0`` for ``1.0.0`` is not pip's way, but
-    ``_`` for ``-`` is)."""
-    return wanted is not None and wanted.replace("-", "_") == found.replace("-", "_")
+    """Whether a file name's version is ``wanted`` spelt otherwise (``1.0-post1`` for
+    ``1.0.post1``: PEP 440 says which spellings are one version)."""
+    from ddpimg.addon.specs import Version, is_valid_version
+
+    if wanted is None or not (is_valid_version(wanted) and is_valid_version(found)):
+        return False
+    return bool(Version(wanted) == Version(found))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ __all__ = [
     "Marker",
     "Requirement",
     "SpecifierSet",
+    "Version",
     "admits",
     "is_valid_version",
 ]
