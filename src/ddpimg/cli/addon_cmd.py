@@ -143,6 +143,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    given = [flag for flag, value in (("--engine", args.engine),
+                                      ("--ddpimg-from", args.ddpimg_from)) if value]  # fmt: skip
+    if given and not args.image:
+        from ddpimg.addon.errors import AddonError
+
+        raise AddonError(
+            f"{' and '.join(given)} {'say' if len(given) > 1 else 'says'} how to run --image, "
+            "which is not given",
+            hint="add --image IMAGE (the image to build in), or drop them to build here",
+        )
     if args.image:
         from ddpimg.addon.engine import build_in_image
 
