@@ -5,9 +5,10 @@ and weighs, and what importing from a mounted add-on costs against the image's o
   settings passed in, the packages from the registry), then again from its lock (no
   resolution): the times, the add-on's size packed and unpacked, and whether the two builds
   gave one sha256; then ``ddpimg addon image`` (the laptop's way).
-- import: in containers of the image, interleaved, ``COUNT`` times each, the time of
-  ``python -c pass`` (what the start-up hook adds with an add-on mounted) and the time to
-  import the add-on's packages after torch (``IMPORTS``, in-process) with the add-on
+- import: in containers of the image, ``COUNT`` rounds, each configuration once a round,
+  the time of ``python -c pass`` (what the start-up hook adds with an add-on mounted) and
+  the time to import the add-on's packages after torch (``IMPORTS``, in-process) with the
+  add-on
   (a) mounted from its squashfs with squashfuse (an unprivileged mount, as Apptainer makes
   one without setuid), (b) a layer of the image (``ddpimg addon image``), (c) copied into the
   image's own site-packages (what a derived image would have).
@@ -162,10 +163,15 @@ def run(image: str, count: int) -> tuple[list[Row], dict[str, Any]]:
                 "image layer": ([], layered, IMPORTS),
                 "image's own site-packages": ([], own, IMPORTS),
             }
-            results = {
-                name: _times(options, tag, count, imports)
-                for name, (options, tag, imports) in configs.items()
+            # Interleaved: each round times every configuration once (a container each, its
+            # first run warming the page cache), so a change of load hits them alike.
+            results: dict[str, dict[str, list[float]]] = {
+                name: {"pass_s": [], "import_s": []} for name in configs
             }
+            for _ in range(count):
+                for name, (options, tag, imports) in configs.items():
+                    for key, values in _times(options, tag, 1, imports).items():
+                        results[name][key] += values
         finally:
             subprocess.run(["fusermount", "-u", str(mount)], check=False, capture_output=True)
             subprocess.run(["docker", "rmi", layered, own], check=False, capture_output=True)
@@ -181,7 +187,7 @@ def run(image: str, count: int) -> tuple[list[Row], dict[str, Any]]:
     for name in ("squashfuse mount", "image layer", "image's own site-packages"):
         median = statistics.median(results[name]["import_s"])
         rows.append((
-            f"import {IMPORTS} after torch, {name} (median of {count}, interleaved per config)",
+            f"import {IMPORTS} after torch, {name} (median of {count}, interleaved)",
             f"{median:.2f} s = {median / own_import:.2f}x the image's own", "",
         ))  # fmt: skip
     return rows, record
