@@ -104,3 +104,21 @@ def test_a_build_backend_the_image_lacks_is_named() -> None:
         "a source distribution among the requirements is built by hatchling, which the image "
         "does not have"
     )
+
+
+def test_image_packages_that_disagree_are_named_as_the_images_own() -> None:
+    image = PackageSet(IMAGE.identity, IMAGE.interpreter,
+                       {**IMAGE.packages, "setuptools": "66.1.1"}, {})  # fmt: skip
+    output = (
+        "The conflict is caused by:\n"
+        "    torch 2.13.0+cpu depends on setuptools>=77.0.3\n"
+        "    The user requested (constraint) setuptools==66.1.1\n"
+    )
+    error = resolution_error(output, image, [])
+    assert error.message.splitlines() == [
+        "the image's own packages disagree, so nothing can be resolved against them (pip check "
+        "says the same):",
+        "  - torch 2.13.0+cpu requires setuptools>=77.0.3, but the setuptools found first is "
+        "66.1.1",
+    ]
+    assert "DIR/bin/pip uninstall setuptools" in (error.hint or "")

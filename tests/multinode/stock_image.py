@@ -66,10 +66,12 @@ def install_ddpimg(env: dict[str, str], venv: Path, dist: Path) -> None:
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
           "-w", str(dist), str(REPO)], PIP_TIMEOUT_S)  # fmt: skip
     wheel = next(dist.glob("ddpimg-*.whl"))
-    # The add-on start-up hook too (docs/addons.md): the venv's Python sees mounted add-ons.
+    # For add-ons (docs/containers.md, docs/addons.md): the hook, so that the venv's Python
+    # sees mounted add-ons, and not the venv's own setuptools, older than the image's (torch
+    # requires a newer one), which it would hide.
     install = (
         'python3 -m venv --system-site-packages "$0" && "$0"/bin/pip install --no-index "$1" '
-        '&& "$0"/bin/ddpimg addon install-hook'
+        '&& "$0"/bin/ddpimg addon install-hook && "$0"/bin/pip uninstall --yes --quiet setuptools'
     )
     _run(["podman-hpc", "run", "--rm", "--volume", f"{venv.parent}:{venv.parent}",
           "--volume", f"{dist}:{dist}", TAG, "sh", "-c", install, str(venv), str(wheel)],

@@ -185,6 +185,7 @@ def resolution_error(
     version; a package the index lacks is named with where pip looked."""
     direct = {item.name: item for item in given}
     conflicts: list[str] = []
+    inconsistent: list[str] = []
     for line in output.splitlines():
         found = _DEPENDS.match(line)
         if found is None:
@@ -195,6 +196,13 @@ def resolution_error(
         installed = image.version(dep_name)
         if installed is None:
             continue
+        if image.version(package) == version:
+            # Both sides are the image's: its own packages disagree, whatever is asked.
+            inconsistent.append(
+                f"{package} {version} requires {dependency}, but the {canonical_name(dep_name)} "
+                f"found first is {installed}"
+            )
+            continue
         mine = direct.get(canonical_name(package))
         source = (
             f"{mine.where}: {mine.text}: " if mine is not None else "(needed by your requirements) "
@@ -202,6 +210,15 @@ def resolution_error(
         conflicts.append(
             f"{source}{package} {version} requires {dependency}, but the image has "
             f"{canonical_name(dep_name)} {installed}"
+        )
+    if inconsistent:
+        listed = "\n".join(f"  - {printable(text)}" for text in sorted(set(inconsistent)))
+        return AddonError(
+            "the image's own packages disagree, so nothing can be resolved against them (pip "
+            f"check says the same):\n{listed}",
+            hint="fix the image's environment first; in a venv made with --system-site-packages "
+            "over a site's image, the venv's own setuptools or pip can hide the image's newer "
+            "ones (DIR/bin/pip uninstall setuptools)",
         )
     if conflicts:
         listed = "\n".join(f"  - {printable(text)}" for text in sorted(set(conflicts)))
