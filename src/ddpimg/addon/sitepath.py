@@ -160,9 +160,20 @@ def package_set_id(facts: dict[str, str], packages: dict[str, str]) -> str:
     ``name==version``, sorted, one a line."""
     lines = [f"{key}={facts[key]}" for key in sorted(facts)]
     lines += [f"{name}=={packages[name]}" for name in sorted(packages)]
-    import hashlib
+    return _sha256("\n".join(lines).encode("utf-8"))
 
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+def _sha256(data: bytes) -> str:
+    """sha256 hex of ``data`` from CPython's built-in module where it has one: importing
+    hashlib (OpenSSL) would be most of what the start-up hook costs."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]  # CPython 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found]  # 3.11
+        except ImportError:  # pragma: no cover - a Python without them
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())
 
 
 def current_package_set(root: str | None = None) -> tuple[str, dict[str, str], dict[str, str]]:
