@@ -18,7 +18,7 @@ from ddpimg.addon.lockfile import Locked, read_lock
 from ddpimg.addon.packageset import current
 from ddpimg.addon.sources import Toolchain, check_buildable
 from ddpimg.cli import main
-from tests.addon.packages import EXTENSION, NEEDS_TORCH, PINS_TORCH, PURE, SDIST, make_index
+from tests.addon.packages import EXTENSION, NEEDS_TORCH, PINS_TORCH, PURE, make_index
 
 
 @pytest.fixture(scope="module")
@@ -47,27 +47,28 @@ def _listing(path: Path) -> list[str]:
 def test_a_build_adds_only_what_the_image_lacks_and_builds_sources_against_its_torch(
     tmp_path: Path, index: Path
 ) -> None:
-    """One build of the four kinds: a wheel requiring the image's torch (and a pure wheel
-    in turn), a pure source distribution, a C++ extension compiled against torch's headers,
-    and torch itself, which the image satisfies."""
+    """One build of three kinds: a wheel requiring the image's torch (and a pure wheel in
+    turn), a C++ extension compiled against torch's headers, and torch itself, which the
+    image satisfies. (A pure-Python source distribution is built in the cpu image:
+    tests/containers/test_smoke.py.)"""
     requirements = tmp_path / "probe.txt"
-    requirements.write_text(f"{NEEDS_TORCH}\n{SDIST}\n{EXTENSION}\ntorch\n")
+    requirements.write_text(f"{NEEDS_TORCH}\n{EXTENSION}\ntorch\n")
     lines: list[str] = []
     built = build(_request(requirements, index), say=lines.append)
-    assert built.info.packages == {PURE: "1.0", NEEDS_TORCH: "1.0", SDIST: "1.0", EXTENSION: "1.0"}
+    assert built.info.packages == {PURE: "1.0", NEEDS_TORCH: "1.0", EXTENSION: "1.0"}
     assert [(item.requirement.name, item.version) for item in built.from_image] == [
         ("torch", current().packages["torch"])
     ]
     steps = [line.split("] ", 1)[1] for line in lines]
-    assert steps[1].startswith("resolving 4 requirements against the image's")
-    assert f"building {SDIST} 1.0 from its source distribution" in steps
+    assert steps[1].startswith("resolving 3 requirements against the image's")
+    assert f"building {EXTENSION} 1.0 from its source distribution" in steps
     assert steps[-2].startswith("packing ")
     lock = read_lock(tmp_path / "probe.lock")
     assert lock.package_set == current().identity
-    assert [item.name for item in lock.packages] == [EXTENSION, PURE, SDIST, NEEDS_TORCH]
+    assert [item.name for item in lock.packages] == [EXTENSION, PURE, NEEDS_TORCH]
     listing = _listing(built.path)
     for entry in ("addon.json", "package-set", "probe.lock", "site-packages/addon_probe_torch.py",
-                  "site-packages/__pycache__/addon_probe_sdist.cpython-311.pyc"):  # fmt: skip
+                  "site-packages/__pycache__/addon_probe_torch.cpython-311.pyc"):  # fmt: skip
         assert any(line.endswith(f"squashfs-root/{entry}") for line in listing), entry
     # Owned by root, one time for everything: the same tree packs to the same bytes.
     assert all(" root/root " in line and " 1980-01-01 00:00 " in line for line in listing)
