@@ -22,6 +22,8 @@ docs/performance.md shows the current figures):
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 * ``accumulation``: samples/s with micro-batches accumulated vs one batch of their size; peak
   memory against the number of micro-batches.
+* ``addon``: an add-on of a realistic requirements file: its build time and size; importing
+  from a mounted add-on against the image's own packages (``--addon-image``).
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--startup-before SRC]
@@ -52,6 +54,7 @@ import figures
 from parts import (
     ab,
     accumulation,
+    addon,
     data,
     env,
     gpu,
@@ -85,6 +88,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     ),
     "tokens": lambda ns: tokens.run(ns.repeats),
     "accumulation": lambda ns: accumulation.run(ns.repeats),
+    "addon": lambda ns: addon.run(ns.addon_image, ns.image_count),
 }
 
 
@@ -136,6 +140,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--join-timeout", type=float, default=3.0)
     parser.add_argument("--image-builds", type=Path, help="build times (written by nox)")
     parser.add_argument("--image-count", type=int, default=5)
+    parser.add_argument(
+        "--addon-image", default="ddpimg:cpu", help="addon: the image the add-on is built in"
+    )
     parser.add_argument(
         "--gpu-dry-run",
         action="store_true",

@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs``, the
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs|addon``, the
 laptop's ``ddpimg submit|follow|fetch|cancel``, and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -61,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": (
         "list the runs in ./runs (or $DDPIMG_RUNS) and those submitted from here",
         "runs_cmd",
+    ),
+    "addon": (
+        "your own packages beside the image: build an add-on, or an image with add-ons",
+        "addon_cmd",
     ),
     "submit": (
         "from a laptop: stage this tree, render and submit the job on a login node over ssh",

@@ -28,7 +28,7 @@ from ddpimg.jobs import FIELDS
 from ddpimg.remote import programs, state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S
 from ddpimg.remote.login import AUTO, check_login
-from ddpimg.remote.submit import Request, check_command, submit
+from ddpimg.remote.submit import Request, check_command, submit, with_addons
 from ddpimg.remote.tree import DEFAULT_MAX_FILES, DEFAULT_MAX_MB, Limits, collect_tree
 from ddpimg.runs.names import runs_root
 
@@ -110,11 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def job_words(args: argparse.Namespace) -> list[str]:
-    """The job options given, as ``ddpimg sbatch`` words for the login node."""
+    """The job options given, as ``ddpimg sbatch`` words for the login node (add-ons are
+    files here: they are staged, and their words made then)."""
     found: list[str] = []
     for field in FIELDS:
         value = getattr(args, field.name, None)
-        if field.name == "command" or value is None:
+        if field.name in ("command", "addons") or value is None:
             continue
         # --name=VALUE: a value may start with a dash (--sbatch-option=--hold).
         found += [f"{field.option}={item}" for item in (value if field.kind is list else [value])]
@@ -135,6 +136,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     local_root = runs_root(env)
     tree = collect_tree(Path.cwd(), args.include or (), limits, outputs=local_root)
     check_command(command, tree)
+    tree = with_addons(tree, args.addons or ())
     remote_ddpimg = _remote_ddpimg(args.remote_ddpimg)
     path = remote_common.state_file(env)
     state.load(path)  # a state file that cannot be read is told before a job exists
@@ -145,6 +147,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         tuple(command),
         output=args.output,
         job_name=args.job_name,
+        addons=tuple(args.addons or ()),
     )
     with remote_common.connect(args.host, env) as transport:
         host = transport.host

@@ -21,6 +21,7 @@ import shlex
 import textwrap
 
 from ddpimg import exitcodes
+from ddpimg.jobs.addons import addon_cleanup_lines, addon_lines
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.directives import SINGLE_QUOTED
@@ -205,9 +206,10 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
                 *_module_lines(profile),
                 *wrapper_lines(spec),
                 *staging_lines(spec),
+                *addon_lines(spec),
                 *_step(spec, profile),
             ],
-            "CLEANUP": cleanup_lines(spec),
+            "CLEANUP": [*cleanup_lines(spec), *addon_cleanup_lines(spec)],
             "LOST_FROM_MANIFEST": _lost_from_manifest(spec),
         },
     )

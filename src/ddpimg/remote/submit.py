@@ -10,6 +10,7 @@ at it), and an ``--out`` given is taken as given.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -25,7 +26,7 @@ from ddpimg.remote.login import LoginNode, parse_facts, remote_said
 from ddpimg.remote.stage import Staged, stage_tree
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport
-from ddpimg.remote.tree import Tree, describe_size
+from ddpimg.remote.tree import Tree, TreeFile, describe_size
 from ddpimg.runs.names import DEFAULT_ROOT, run_name, stem_of, time_tag
 
 DEFAULT_TRAINER = "mnist"
@@ -34,12 +35,14 @@ DEFAULT_LOG = "%x-%j.out"  # ddpimg sbatch's (ddpimg.jobs.fields), with %x the j
 DEFAULT_JOB_NAME = "ddpimg"
 SUBMIT_TIMEOUT_S = 180.0
 _JOB_ID = re.compile(r"\d{1,20}")
+ADDON_DIR = ".ddpimg-addons"  # where a submission's add-ons are staged
 
 
 @dataclass(frozen=True)
 class Request:
     """What to submit: ``sbatch_args`` are ``ddpimg sbatch``'s job options as words;
-    ``output`` and ``job_name`` those among them (the log's name), if given."""
+    ``output`` and ``job_name`` those among them (the log's name), if given; ``addons``:
+    the add-on files here (``--addon``), staged with the tree and mounted by the job."""
 
     site: str
     remote_dir: str
@@ -47,6 +50,41 @@ class Request:
     command: tuple[str, ...]
     output: str | None = None
     job_name: str | None = None
+    addons: tuple[str, ...] = ()
+
+
+def with_addons(tree: Tree, addons: Sequence[str]) -> Tree:
+    """``tree`` plus each add-on file at ``.ddpimg-addons/NAME.addon.sqsh`` of the submission:
+    staged by content like the rest (a second submit of the same add-on sends nothing), and
+    outside the tree's limits (an add-on is one file the user named)."""
+    from ddpimg.addon.sitepath import mount_name
+    from ddpimg.addon.sources import sha256_of
+    from ddpimg.addon.squashfs import is_squashfs
+
+    extra: list[TreeFile] = []
+    for given in addons:
+        path = Path(given).absolute()
+        name = mount_name(path.name)
+        if not is_squashfs(path):
+            raise DdpimgError(
+                f"--addon {printable(given)}: no add-on file there (a squashfs NAME.addon.sqsh)",
+                hint="give the file ddpimg addon build wrote, on this machine",
+            )
+        extra.append(
+            TreeFile(f"{ADDON_DIR}/{name}.addon.sqsh", sha256_of(path), path.stat().st_size,
+                     executable=False, local=str(path))
+        )  # fmt: skip
+    return dataclasses.replace(tree, files=(*tree.files, *extra))
+
+
+def addon_words(job_dir: str, addons: Sequence[str]) -> list[str]:
+    """``ddpimg sbatch``'s ``--addon`` words for the staged add-ons, on the login node."""
+    from ddpimg.addon.sitepath import mount_name
+
+    return [
+        f"--addon={job_dir}/{ADDON_DIR}/{mount_name(Path(given).name)}.addon.sqsh"
+        for given in addons
+    ]
 
 
 def stem_for(command: Sequence[str]) -> str:
@@ -131,13 +169,14 @@ def submit(
     staged = stage_tree(transport, tree, request.remote_dir, job)
     say(_staged_words(tree, staged))
     site = [] if login.site_arg is None else ["--site", login.site_arg]
+    addons = addon_words(staged.job_dir, request.addons)
     answer = transport.run(
         programs.submit(
             request.remote_dir,
             job,
             tree.subdir,
             ddpimg=login.ddpimg,
-            sbatch_args=[*site, *request.sbatch_args],
+            sbatch_args=[*site, *request.sbatch_args, *addons],
             command=request.command,
         ),
         "ddpimg sbatch --submit on the login node",

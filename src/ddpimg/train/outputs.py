@@ -21,12 +21,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ddpimg.addon.mounted import addon_records
+from ddpimg.buildinfo import read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
-from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
+from ddpimg.untrusted import BadInput, read_lines
 from ddpimg.version import __version__
 
 if TYPE_CHECKING:
@@ -35,10 +37,6 @@ if TYPE_CHECKING:
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
-
-BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
-BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"
-BUILD_INFO_LIMIT = MIB  # the image's build facts: a few KiB
 
 
 def utc_now() -> str:
@@ -59,24 +57,6 @@ def _first_lines(path: Path, count: int) -> list[str]:
     except BadInput:
         pass
     return lines
-
-
-def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The image's build info (JSON) from ``$DDPIMG_BUILD_INFO`` or the image's default
-    path; None outside the image. Never fails: an unreadable file is recorded as an error."""
-    path = Path(env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT)
-    if not path.exists():
-        return None
-    try:
-        content = read_json(path, BUILD_INFO_LIMIT)
-    except (OSError, ValueError) as err:
-        return {"path": str(path), "error": f"unreadable: {err}"}
-    if not isinstance(content, dict):
-        return {
-            "path": str(path),
-            "error": f"expected a JSON object, found {type(content).__name__}",
-        }
-    return content
 
 
 def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
@@ -213,6 +193,7 @@ class RunRecorder:
             },
             "run_info": ctx.run_info,
             "versions": collect_versions(env),
+            "addons": addon_records(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
         resumed = resume is not None and resume.in_out
