@@ -21,6 +21,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 * ``accumulation``: samples/s with micro-batches accumulated vs one batch of their size; peak
   memory against the number of micro-batches.
+* ``dropout``: a pass's dropout masks: the counter-based draw vs the per-row generators it
+  replaced and one generator's draw of the pass.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--startup-before SRC]
@@ -50,6 +52,7 @@ from parts import (
     ab,
     accumulation,
     data,
+    dropout,
     env,
     gpu,
     image,
@@ -81,6 +84,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     ),
     "tokens": lambda ns: tokens.run(ns.repeats),
     "accumulation": lambda ns: accumulation.run(ns.repeats),
+    "dropout": lambda ns: dropout.run(ns.repeats),
 }
 
 
