@@ -15,7 +15,10 @@ do) for each case: MNIST's step at 64 rows (its two dropout layers: 64 x 9,216 u
 rising to 0.1) at 256 rows; and one such layer alone. Per thread count (1, and torch's
 default here), ``repeats`` rounds time every method for ``CALLS`` passes (steps 1..CALLS) in
 an order shuffled per round; a round's figure is its median pass, and the ratios are taken
-within a round.
+within a round. At 2 threads on a busy machine the int64 operations' parallel regions wait
+for a descheduled OpenMP thread unless ``OMP_WAIT_POLICY=PASSIVE`` (as the tests session
+sets): MNIST's hash 1.48x the whole-batch draw (rounds 0.15-2.00) with the default policy,
+0.67x (0.49-0.75) passive, in one trial at load average 5.
 
 Before timing, the process runs one forward and backward of the MNIST CNN at batch 64, as a
 training process has before its masks: glibc then serves the masks' buffers from its heap.
