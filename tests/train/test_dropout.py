@@ -127,16 +127,19 @@ def test_stochastic_depth_is_off_in_evaluation() -> None:
     assert layer(x) is x
 
 
-def random_layer(mode: str, context: DropoutContext) -> torch.nn.Module:
-    if mode == "dropout":
-        return GlobalBatchDropout(0.5, 0, context)
-    return GlobalStochasticDepth(0.5, mode, 0, context)
+def random_layers(context: DropoutContext) -> torch.nn.Module:
+    """One layer of each kind: dropout, stochastic depth by row and for the whole batch."""
+    return torch.nn.Sequential(
+        GlobalBatchDropout(0.5, 0, context),
+        GlobalStochasticDepth(0.5, "row", 1, context),
+        GlobalStochasticDepth(0.5, "batch", 2, context),
+    )
 
 
 def compiled_graphs(
-    layer: torch.nn.Module, x: torch.Tensor
+    model: torch.nn.Module, x: torch.Tensor
 ) -> tuple[torch.Tensor, list[torch.fx.GraphModule]]:
-    """``layer`` inside a compiled function, run once on ``x``; the graphs dynamo made."""
+    """``model`` inside a compiled function, run once on ``x``; the graphs dynamo made."""
     graphs: list[torch.fx.GraphModule] = []
 
     def recording(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
@@ -144,7 +147,7 @@ def compiled_graphs(
         return graph.forward
 
     torch._dynamo.reset()
-    compiled = torch.compile(lambda x: layer(x * 2) / 2, backend=recording)
+    compiled = torch.compile(lambda x: model(x * 2) / 2, backend=recording)
     return compiled(x), graphs
 
 
@@ -152,22 +155,34 @@ def traced_ops(graphs: list[torch.fx.GraphModule]) -> set[str]:
     return {str(node.target) for graph in graphs for node in graph.graph.nodes}
 
 
-@pytest.mark.parametrize("mode", ["dropout", "row", "batch"])
-def test_compiled_models_draw_the_masks_outside_their_graphs(mode: str) -> None:
+def test_compiled_models_draw_the_masks_outside_their_graphs() -> None:
     """Under --compile (``keep_outside_graphs``) the masks are computed eagerly: no graph
-    holds the hash (traced, its keys would recompile it every step), and the compiled layer
-    drops what the eager one drops."""
+    holds the hash (traced, its keys would recompile it every step), and the compiled layers
+    drop what the eager ones drop."""
     context = DropoutContext(5)
     context.position = BatchPosition(2, 4, 16)
-    layer = random_layer(mode, context)
+    model = random_layers(context)
     x = torch.randn(4, 6)
-    eager = layer(x)
+    eager = model(x)
     context.keep_outside_graphs()
-    out, graphs = compiled_graphs(layer, x)
+    out, graphs = compiled_graphs(model, x)
     assert torch.equal(out, eager)
     assert graphs
     hashing = {op for op in traced_ops(graphs) if "bitwise" in op or "arange" in op}
     assert not hashing
+
+
+def test_traced_draws_are_the_eager_draws() -> None:
+    """Traced into a graph (a model compiled without ``keep_outside_graphs``), the hash
+    gives the eager masks: integer operations that never overflow are exact on any
+    backend."""
+    context = DropoutContext(5)
+    context.position = BatchPosition(2, 4, 16)
+    model = random_layers(context)
+    x = torch.randn(4, 6)
+    out, graphs = compiled_graphs(model, x)
+    assert torch.equal(out, model(x))
+    assert any("bitwise_xor" in op for op in traced_ops(graphs))
 
 
 def test_compiled_random_layers_compile_once_for_all_layers() -> None:
@@ -209,20 +224,6 @@ def test_compiled_random_layers_compile_once_for_all_layers() -> None:
         torch._dynamo.reset()
     assert per_step[0] > 0
     assert per_step[1:] == [0, 0]
-
-
-@pytest.mark.parametrize("mode", ["dropout", "row", "batch"])
-def test_traced_draws_are_the_eager_draws(mode: str) -> None:
-    """Traced into a graph (a model compiled without ``keep_outside_graphs``), the hash
-    gives the eager masks: integer operations that never overflow are exact on any
-    backend."""
-    context = DropoutContext(5)
-    context.position = BatchPosition(2, 4, 16)
-    layer = random_layer(mode, context)
-    x = torch.randn(4, 6)
-    out, graphs = compiled_graphs(layer, x)
-    assert torch.equal(out, layer(x))
-    assert any("bitwise_xor" in op for op in traced_ops(graphs))
 
 
 WORD = 2**32 - 1
