@@ -24,6 +24,8 @@ docs/performance.md shows the current figures):
   memory against the number of micro-batches.
 * ``addon``: an add-on of a realistic requirements file: its build time and size; importing
   from a mounted add-on against the image's own packages (``--addon-image``).
+* ``dropout``: a pass's dropout masks: the counter-based draw vs the per-row generators it
+  replaced and one generator's draw of the pass.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--startup-before SRC]
@@ -56,6 +58,7 @@ from parts import (
     accumulation,
     addon,
     data,
+    dropout,
     env,
     gpu,
     image,
@@ -89,6 +92,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     "tokens": lambda ns: tokens.run(ns.repeats),
     "accumulation": lambda ns: accumulation.run(ns.repeats),
     "addon": lambda ns: addon.run(ns.addon_image, ns.image_count),
+    "dropout": lambda ns: dropout.run(ns.repeats),
 }
 
 

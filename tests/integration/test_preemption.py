@@ -41,11 +41,13 @@ STEPS = 12
 SIGNAL_AFTER = 6
 WAIT_S = 240
 STRATEGIES = {"ddp": [], "deepspeed": ["--strategy", "deepspeed", "--zero-stage", "1"]}
-# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-11-25): the
-# floor is one float32 step, 1.2e-7 (the reordering variants parted by less at steps 1-2);
-# over the 12 steps they and 2 ranks parted by at most 1.0e-7 (0.87x). 10x the floor, over
-# the 12 steps and the 3 evaluations between them (each an average over the same model).
-ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS + 3)
+# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-12-07, the
+# dropout masks hashed per unit): the floor is one float32 step, 1.2e-7 (the reordering
+# variants parted by less at steps 1-2); over the 12 steps 2 ranks parted from one process by
+# at most 3.9e-8 (0.33x) natively and 2.4e-7 (2.0x, MKL's compatible path) on the other
+# kernels, against one process on the same kernels. 10x that: 20x the floor, over the 12
+# steps and the 3 evaluations between them (each an average over the same model).
+ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=20, steps=STEPS + 3)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Popen = subprocess.Popen[str]

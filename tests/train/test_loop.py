@@ -118,8 +118,9 @@ def test_micro_batches_train_as_one_pass(
     gradient is the mean's either way, and the dropout masks follow the samples' places in
     the global batch. The two part by rounding only, compared against the noise floor
     measured here: the same one-pass run with one intra-op thread instead of two (at least
-    one float32 step). Measured (AMD EPYC, 2026-11-29): threads 1.8e-8, accumulation at most
-    2.9e-8 over the 6 steps (0.25x the floor); the multiple is 10x that, rounded up."""
+    one float32 step). Measured (AMD EPYC, 2026-12-07, the masks hashed per unit): threads
+    1.5e-8 at steps 1-2 (the floor: one float32 step), accumulation at most 5.9e-8 over the 6
+    steps (0.49x the floor); the multiple is 10x that, rounded up."""
     config = make_config(batch_size=16, train_samples=128, max_steps=6)
     threads = torch.get_num_threads()
     try:

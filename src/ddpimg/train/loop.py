@@ -183,6 +183,7 @@ class Trainer:
         # Compiling is lazy: this only marks the module; the first steps compile.
         self.compiling = CompileClock() if config.compile else None
         if config.compile:
+            self.dropout.keep_outside_graphs()
             strategy.compile(config.compile_backend or DEFAULT_BACKEND)
         startup.mark("model")
 
