@@ -15,6 +15,7 @@ from ddpimg.cli.launch_options import (
     add_nproc_argument,
     add_site_options,
 )
+from ddpimg.cli.sweep_options import PARALLEL, add_sweep_arguments, sweep_given
 from ddpimg.cli.train_options import add_training_arguments, train_config
 from ddpimg.errors import DdpimgError
 from ddpimg.plan import LaunchPlan
@@ -68,9 +69,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_arguments(parser)
     add_launch_arguments(parser)
+    add_sweep_arguments(parser, PARALLEL)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    if sweep_given(args):
+        from ddpimg.cli.sweep_options import run_local_sweep
+
+        return run_local_sweep(args, argv)
     startup.mark("launch")
     launch = prepare_launch(args, argv)
     plan = launch.plan

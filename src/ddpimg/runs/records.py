@@ -31,13 +31,15 @@ UNREADABLE = "unreadable"
 class RunRecord:
     """One run directory as read: ``manifest`` None when missing or unreadable (``problem``
     says which), ``steps`` / ``loss`` from the summary line of a completed run, else from the
-    newest train line (None when there is none)."""
+    newest train line (None when there is none); ``eval_loss`` the summary's, else the
+    newest evaluation's, in the end of metrics.jsonl that is read."""
 
     path: Path
     manifest: Mapping[str, Any] | None
     problem: str | None = None
     steps: int | None = None
     loss: float | None = None
+    eval_loss: float | None = None
 
     @property
     def name(self) -> str:
@@ -89,16 +91,29 @@ def read_run(path: Path) -> RunRecord:
     return RunRecord(path, manifest, None, *_progress(path, manifest))
 
 
-def _progress(path: Path, manifest: Mapping[str, Any] | None) -> tuple[int | None, float | None]:
-    """(steps, loss): the summary's ``steps`` and ``final_loss``, else the newest train
-    line's step and loss, from the end of metrics.jsonl."""
+Progress = tuple[int | None, float | None, float | None]
+
+
+def _progress(path: Path, manifest: Mapping[str, Any] | None) -> Progress:
+    """(steps, loss, eval loss) from the end of metrics.jsonl (``progress_of``)."""
     try:
         text = read_regular(path / METRICS, METRICS_TAIL_BYTES, tail=True)
     except OSError:
-        return None, None
+        return None, None, None
+    return progress_of(text, cut=len(text) == METRICS_TAIL_BYTES)
+
+
+def progress_of(text: bytes, *, cut: bool) -> Progress:
+    """(steps, loss, eval loss) from the end of a metrics.jsonl (``cut``: its first line may
+    be a piece): the summary's ``steps``, ``final_loss`` and ``eval_loss``, else the newest
+    train line's step and loss and the newest evaluation's loss."""
     lines = text.split(b"\n")
-    if len(text) == METRICS_TAIL_BYTES:
-        lines = lines[1:]  # the first line may be cut
+    if cut:
+        lines = lines[1:]
+    steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    seen_train = False
     for line in reversed(lines):
         try:
             record = parse_json(line)
@@ -106,11 +121,23 @@ def _progress(path: Path, manifest: Mapping[str, Any] | None) -> tuple[int | Non
             continue
         if not isinstance(record, dict):
             continue
-        if record.get("kind") == "summary":
-            return _integer(record.get("steps")), _real(record.get("final_loss"))
-        if record.get("kind") == "train":
-            return _integer(record.get("step")), _real(record.get("loss"))
-    return None, None
+        kind = record.get("kind")
+        if kind == "summary" and seen_train:
+            break  # an earlier run's, before this one continued
+        if kind == "summary":
+            return (
+                _integer(record.get("steps")),
+                _real(record.get("final_loss")),
+                _real(record.get("eval_loss")),
+            )
+        if kind == "train" and not seen_train:
+            seen_train = True
+            steps, loss = _integer(record.get("step")), _real(record.get("loss"))
+        elif kind == "eval" and eval_loss is None:
+            eval_loss = _real(record.get("loss"))
+        if seen_train and eval_loss is not None:
+            break
+    return steps, loss, eval_loss
 
 
 def _integer(value: object) -> int | None:
