@@ -47,7 +47,7 @@ def render_script(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None = 
     :func:`ddpimg.jobs.checks.check_job`); ``array``: a sweep, one point per array task
     (``spec.array`` holds its indices)."""
     lines = [
-        *_header(spec, profile),
+        *_header(spec, profile, array),
         *_directives(spec, profile),
         "",
         *_body(spec, profile, array),
@@ -55,7 +55,7 @@ def render_script(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None = 
     return "\n".join(lines) + "\n"
 
 
-def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
+def _header(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None) -> list[str]:
     ranks = counted(spec.nodes * spec.ranks_per_node, "rank")
     nodes = counted(spec.nodes, "node")
     if spec.node_range:
@@ -73,8 +73,14 @@ def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
     else:
         how = "srun starts one task per rank"
     about = f" ({profile.description})" if profile.description else ""
+    sweep = (
+        f" A sweep of {counted(len(array.points), 'point')}, each an array task with this "
+        "layout."
+        if array is not None
+        else ""
+    )
     text = (
-        f"Rendered by `ddpimg sbatch` for site {profile.name}{about}. {size}: {how}. "
+        f"Rendered by `ddpimg sbatch` for site {profile.name}{about}. {size}: {how}.{sweep} "
         "Render it again rather than editing it: ddpimg checks the layout it writes."
     )
     return ["#!/bin/bash", *_comment(text)]
