@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="RUN_DIR",
         help="train runs (each with metrics.jsonl): their directories, or the names of runs "
-        "in ./runs (or $DDPIMG_RUNS), or latest",
+        "in ./runs (or $DDPIMG_RUNS), or latest; or one sweep (train --sweep): its points "
+        "overlaid, and the final eval loss against each swept option",
     )
     parser.add_argument(
         "-o",
@@ -37,9 +38,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from ddpimg.fsio import check_new
     from ddpimg.plot import plot_runs, read_run, threads_caveat
     from ddpimg.runs.latest import resolve_run
+    from ddpimg.sweep.results import is_sweep
 
     check_new(args.output, force=args.force, flag="-o")
-    runs = [read_run(resolve_run(str(path))) for path in args.runs]
+    paths = [resolve_run(str(path)) for path in args.runs]
+    if len(paths) == 1 and is_sweep(paths[0]):  # a sweep's points (ddpimg.sweep.plot)
+        from ddpimg.sweep.plot import plot_sweep
+
+        plot_sweep(paths[0], args.output)
+        print(f"wrote {args.output}")
+        return exitcodes.OK
+    runs = [read_run(path) for path in paths]
     plot_runs(runs, args.output)
     print(f"wrote {args.output}")
     caveat = threads_caveat(runs)

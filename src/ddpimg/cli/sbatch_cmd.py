@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg import exitcodes
+from ddpimg.cli.sweep_options import (
+    MAX_PARALLEL,
+    SweepPlan,
+    add_sweep_arguments,
+    completed_points,
+    plan_sweep,
+    sweep_given,
+)
 from ddpimg.fsio import check_new, write_text_atomic
 from ddpimg.host import short_hostname
 from ddpimg.jobs import (
@@ -39,14 +47,6 @@ from ddpimg.jobs import (
     render_script,
     resolve_job,
     select_job_profile,
-)
-from ddpimg.cli.sweep_options import (
-    MAX_PARALLEL,
-    SweepPlan,
-    add_sweep_arguments,
-    completed_points,
-    plan_sweep,
-    sweep_given,
 )
 from ddpimg.jobs.array import ArrayJob, ArrayPoint, array_spec
 from ddpimg.jobs.command import TRAIN, TrainCommand

@@ -74,8 +74,7 @@ def _header(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None) -> list
         how = "srun starts one task per rank"
     about = f" ({profile.description})" if profile.description else ""
     sweep = (
-        f" A sweep of {counted(len(array.points), 'point')}, each an array task with this "
-        "layout."
+        f" A sweep of {counted(len(array.points), 'point')}, each an array task with this layout."
         if array is not None
         else ""
     )
