@@ -63,17 +63,21 @@ def say(words: str, stream: TextIO) -> None:
     print(f"ddpimg: {words}", file=stream, flush=True)
 
 
-def prepare_directory(sweep: LocalSweep) -> None:
-    """Create the sweep's directory, lock it, write ``sweep.json`` or check the one there."""
-    directory = sweep.directory
+def make_directory(sweep: LocalSweep) -> None:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        sweep.directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise SweepError(
-            f"cannot create the sweep's directory {directory} ({err.strerror})",
+            f"cannot create the sweep's directory {sweep.directory} ({err.strerror})",
             hint="run from a directory you can write, set DDPIMG_RUNS to one, or give --out DIR",
         ) from err
-    if not lock.hold(directory):
+
+
+def check_directory(sweep: LocalSweep, held: bool) -> None:
+    """The sweep's directory is this process's (``held``: its lock); write ``sweep.json``,
+    or check that the one there is this sweep's."""
+    directory = sweep.directory
+    if not held:
         raise SweepError(
             f"sweep {sweep.name} is being run by another process ({directory}/{lock.LOCK_NAME} "
             "is held)",
@@ -188,7 +192,21 @@ def run_local(
     """Run the points ``sweep`` has not completed; print the table and the verdict on
     ``out``. Exit status: 0 when every point completed, 75 when a preemption signal stopped
     them, 130 after Ctrl-C, 1 otherwise."""
-    prepare_directory(sweep)
+    make_directory(sweep)
+    with lock.holding(sweep.directory) as held:
+        check_directory(sweep, held)
+        return _run(sweep, parallel=parallel, env=env, cpus=cpus, stream=stream, out=out)
+
+
+def _run(
+    sweep: LocalSweep,
+    *,
+    parallel: int,
+    env: Mapping[str, str],
+    cpus: int,
+    stream: TextIO,
+    out: TextIO,
+) -> int:
     env = dict(env)
     if parallel > 1 and not env.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(max(cpus // parallel, 1))
