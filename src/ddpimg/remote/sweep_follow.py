@@ -206,7 +206,7 @@ class SweepFollower(Follower):
             self.shown[name] = key
             words = key[0]
             if info.ended and record is not None:
-                words += f": the run {run_verdict(record.manifest, None)}"
+                words += f": the run {run_verdict(record.manifest, _summary(record))}"
             self.say(f"{text(name)}: {words}")
 
     def _finish(self, forgotten: bool) -> Ended:
@@ -226,6 +226,11 @@ class SweepFollower(Follower):
         best = results.best()
         counts = counts_words(results.counts(), len(results.points))
         return Ended(state, counts, None, None if best is None else best[2], ok)
+
+
+def _summary(record: RunRecord) -> dict[str, Any]:
+    """What a point's run says at its end, as a summary line's keys."""
+    return {"steps": record.steps, "final_loss": record.loss, "eval_loss": record.eval_loss}
 
 
 def _object(data: bytes | None) -> Mapping[str, Any] | None:
