@@ -71,6 +71,8 @@ def _remote_row(run: RemoteRun) -> RunRow:
     """A submitted run as last seen: the manifest's status once followed to its end or
     fetched, else Slurm's state."""
     status = run.status or run.state.lower() or "submitted"
+    if run.is_sweep:
+        status = f"sweep of {len(run.points)} points: {status}"
     where = f"{run.host}:{run.run_dir or run.workdir}"
     return RunRow(run.name, status, run.steps, run.loss, run.submitted_utc, where)
 
