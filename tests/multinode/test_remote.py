@@ -522,6 +522,8 @@ def test_a_scripts_sweep_submitted_followed_to_its_verdict_fetched_and_cancelled
     assert out.finish() == 0, "\n".join(out.lines)
     text = "\n".join(out.lines)
     job_id, name = out.wait_for(r"submitted job (\d+), run (train_lr-sweep-\d+) ").groups()
+    said = [line for line in out.lines if line.startswith("ddpimg: ")]
+    assert len(said) == len(set(said)), f"a line shown twice:\n{text}"
     assert f"following {name} (array job {job_id}, 2 points on login)" in text
     for lr in ("0.05", "0.01"):
         assert re.search(rf"{name}: lr={lr}: COMPLETED: the run completed: 20 steps", text), text

@@ -200,7 +200,9 @@ class SweepFollower(Follower):
                     else "requeued"
                 )
                 self.say(f"{text(name)}: REQUEUED (restart {info.restarts}): the run {why}")
-            key = (job_words(info), result.status)
+            # A task's state, and once it ended the run's: the run's own changes while its
+            # task runs are the table's (on a terminal), not lines of their own.
+            key = (job_words(info), result.status if info.ended else "")
             if self.screen.interactive or key == self.shown.get(name):
                 continue
             self.shown[name] = key

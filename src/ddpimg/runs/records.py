@@ -105,15 +105,15 @@ def _progress(path: Path, manifest: Mapping[str, Any] | None) -> Progress:
 
 def progress_of(text: bytes, *, cut: bool) -> Progress:
     """(steps, loss, eval loss) from the end of a metrics.jsonl (``cut``: its first line may
-    be a piece): the summary's ``steps``, ``final_loss`` and ``eval_loss``, else the newest
-    train line's step and loss and the newest evaluation's loss."""
+    be a piece): the summary's ``steps`` and ``final_loss``, else the newest train line's step
+    and loss; the summary's ``eval_loss``, else the newest evaluation's loss (a script's
+    summary has none of its own)."""
     lines = text.split(b"\n")
     if cut:
         lines = lines[1:]
-    steps: int | None = None
-    loss: float | None = None
-    eval_loss: float | None = None
-    seen_train = False
+    summary: dict[str, Any] | None = None
+    train: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None
     for line in reversed(lines):
         try:
             record = parse_json(line)
@@ -122,22 +122,24 @@ def progress_of(text: bytes, *, cut: bool) -> Progress:
         if not isinstance(record, dict):
             continue
         kind = record.get("kind")
-        if kind == "summary" and seen_train:
-            break  # an earlier run's, before this one continued
         if kind == "summary":
-            return (
-                _integer(record.get("steps")),
-                _real(record.get("final_loss")),
-                _real(record.get("eval_loss")),
-            )
-        if kind == "train" and not seen_train:
-            seen_train = True
-            steps, loss = _integer(record.get("step")), _real(record.get("loss"))
-        elif kind == "eval" and eval_loss is None:
-            eval_loss = _real(record.get("loss"))
-        if seen_train and eval_loss is not None:
+            if train is not None or summary is not None:
+                break  # an earlier run's, before this one continued
+            summary = record
+        elif kind == "train" and train is None:
+            train = record
+        elif kind == "eval" and evaluation is None:
+            evaluation = record
+        if train is not None and evaluation is not None:
             break
-    return steps, loss, eval_loss
+    eval_loss = None if summary is None else _real(summary.get("eval_loss"))
+    if eval_loss is None and evaluation is not None:
+        eval_loss = _real(evaluation.get("loss"))
+    if summary is not None:
+        return _integer(summary.get("steps")), _real(summary.get("final_loss")), eval_loss
+    if train is not None:
+        return _integer(train.get("step")), _real(train.get("loss")), eval_loss
+    return None, None, eval_loss
 
 
 def _integer(value: object) -> int | None:
