@@ -86,6 +86,20 @@ def test_points_that_completed_here_are_not_run_again(
         render(args, tmp_path, monkeypatch)
 
 
+def test_a_directory_that_holds_another_sweep_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    command = ["--", "train", "--out", "runs/mine"]
+    render(["--sweep", "seed=1,2", *command], tmp_path, monkeypatch)
+    (tmp_path / "runs" / "mine").mkdir(parents=True)
+    document = {"kind": "ddpimg-sweep", "name": "mine", "command": ["--lr", "1"],
+                "axes": [{"name": "seed", "values": ["1"]}], "trials": 0, "seed": 0,
+                "points": [{"index": 0, "name": "seed=1", "values": {"seed": "1"}}]}  # fmt: skip
+    (tmp_path / "runs" / "mine" / "sweep.json").write_text(json.dumps(document))
+    with pytest.raises(DdpimgError, match=r"runs/mine holds another sweep \(mine: --lr 1 over "):
+        render(["--sweep", "seed=1,2", *command], tmp_path, monkeypatch)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

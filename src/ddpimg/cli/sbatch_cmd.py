@@ -52,6 +52,7 @@ from ddpimg.jobs.array import ArrayJob, ArrayPoint, array_spec
 from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.jobs.noderange import parse_nodes
 from ddpimg.site import SiteProfile
+from ddpimg.sweep.results import is_sweep, read_sweep_file
 
 SBATCH_TIMEOUT_S = 60.0
 
@@ -195,6 +196,15 @@ def sweep_array(
         )
     words = command[1:] if os.path.basename(command[0]) == "train" else command[2:]
     plan = plan_sweep(args, words, env, in_job=True)
+    if is_sweep(Path(plan.directory)):
+        found = read_sweep_file(Path(plan.directory))
+        if not plan.same(found.document):
+            raise JobError(
+                f"{plan.directory} holds another sweep ({found.name}: "
+                f"{' '.join(found.command)} over {', '.join(found.axis_names)})",
+                hint="give the train command another --out, or none: each sweep gets a "
+                "directory named by its definition",
+            )
     done = completed_points(plan, Path(plan.directory))
     todo = [point for point in plan.points if point.name not in done]
     if not todo:
