@@ -83,7 +83,24 @@ ADDON_EXAMPLES: dict[str, list[str]] = {
     "addon-pyxis": ["--site", "generic", "--gpus-per-node", "4", "--cpus-per-task", "8",
                     "--runtime", "pyxis", "--addon", "timm.addon.sqsh"],
 }  # fmt: skip
-EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES, *RANGE_EXAMPLES, *ADDON_EXAMPLES]
+# A sweep (ddpimg.jobs.array): one array task a point, at most 2 at once, each point in its
+# own run directory; a script's values go into its {NAME} placeholders.
+SWEEP_EXAMPLES: dict[str, list[str]] = {
+    "sweep": ["--site", "della", "--nodes", "1", "--time", "4:00:00", "--sweep", "lr=0.1,0.05",
+              "--sweep", "seed=1,2", "--max-parallel", "2", "--",
+              "train", "mnist", "--epochs", "5", "--global-batch-size", "256"],
+    "sweep-script": ["--site", "roihu", "--nodes", "1", "--time", "1:00:00", "--sweep",
+                     "lr=log:1e-4:1e-2", "--trials", "3", "--sweep-seed", "0", "--",
+                     "train", "--script", "train.py", "--lr", "{lr}"],
+}  # fmt: skip
+EXAMPLES = [
+    *SHIPPED,
+    *RUNTIME_EXAMPLES,
+    *DATA_EXAMPLES,
+    *RANGE_EXAMPLES,
+    *ADDON_EXAMPLES,
+    *SWEEP_EXAMPLES,
+]
 
 
 # Shown in the docs; test_golden.py checks that it loads and renders.
@@ -112,6 +129,8 @@ def example_args(example: str) -> list[str]:
         return RANGE_EXAMPLES[example]
     if example in ADDON_EXAMPLES:
         return [*ADDON_EXAMPLES[example], *COMMON, *ADDON_COMMAND]
+    if example in SWEEP_EXAMPLES:
+        return SWEEP_EXAMPLES[example]
     return ["--site", example, *COMMON, *EXTRA.get(example, []), *COMMAND]
 
 
@@ -145,7 +164,7 @@ def examples_doc() -> str:
         "bring a dataset to the nodes (a squashfs image, or staging to node-local disk), then "
         "a node range (a job requeued after it lost a node goes on with the nodes left), then "
         "an add-on of your own packages (mounted by Apptainer; unpacked on each node for "
-        "pyxis):",
+        "pyxis), then sweeps (one array task a point):",
         "",
     ]
     parts += [f"- [{example}](#{example})" for example in EXAMPLES]

@@ -5,7 +5,9 @@ the job id, and the run's name that ``follow``, ``fetch`` and ``cancel`` take.
 Where the run's files will be is known before the job starts: a bundled trainer without
 ``--out`` writes ``runs/JOBID`` in the directory the job runs in (``ddpimg sbatch`` adds that
 ``--out``), a script ``runs/SCRIPT-JOBID`` there (the submit program points ``DDPIMG_RUNS``
-at it), and an ``--out`` given is taken as given.
+at it), and an ``--out`` given is taken as given. A sweep (``--sweep``) is one array job,
+named ``STEM-sweep-JOBID``: its directory is the ``--out`` the laptop gives its command
+(``runs/SWEEP``), each point's a directory there, each task's log ``%x-%A_%a.out``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ddpimg.runs.names import DEFAULT_ROOT, run_name, stem_of, time_tag
 DEFAULT_TRAINER = "mnist"
 TRAINER_NAMES = ("mnist", "toy", "resnet", "gpt")
 DEFAULT_LOG = "%x-%j.out"  # ddpimg sbatch's (ddpimg.jobs.fields), with %x the job's name
+ARRAY_LOG = "%x-%A_%a.out"  # an array's (a sweep's)
 DEFAULT_JOB_NAME = "ddpimg"
 SUBMIT_TIMEOUT_S = 180.0
 _JOB_ID = re.compile(r"\d{1,20}")
@@ -51,6 +54,7 @@ class Request:
     output: str | None = None
     job_name: str | None = None
     addons: tuple[str, ...] = ()
+    points: tuple[str, ...] = ()  # a sweep's points, in the order of their array tasks
 
 
 def with_addons(tree: Tree, addons: Sequence[str]) -> Tree:
@@ -137,11 +141,16 @@ def run_dir_for(command: Sequence[str], workdir: str, job_id: str) -> str:
     return f"{workdir}/{DEFAULT_ROOT}/{job_id}"
 
 
-def log_for(workdir: str, job_id: str, output: str | None, job_name: str | None) -> str:
+def log_for(
+    workdir: str, job_id: str, output: str | None, job_name: str | None, array: bool = False
+) -> str:
     """The job's log: ``--output``'s pattern with the job's id and name put in (``%j``,
-    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path)."""
-    pattern = (output or DEFAULT_LOG).replace("%%", "\0")
-    for token, value in (("%j", job_id), ("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)):
+    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path). An
+    array's keeps ``%a``, each task's id."""
+    pattern = (output or (ARRAY_LOG if array else DEFAULT_LOG)).replace("%%", "\0")
+    tokens = [("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)]
+    tokens += [] if array else [("%j", job_id)]  # a task's own id is not known here
+    for token, value in tokens:
         pattern = pattern.replace(token, value)
     path = pattern.replace("\0", "%")
     return path if path.startswith("/") else f"{workdir}/{path}"
@@ -203,7 +212,8 @@ def submit(
             hint="fix what it says with the matching ddpimg submit option (the same as ddpimg "
             f"sbatch's); the staged tree stays in {request.remote_dir}/{programs.JOBS}/{job}",
         )
-    name = f"{stem}-{job_id}"
+    name = f"{stem}-sweep-{job_id}" if request.points else f"{stem}-{job_id}"
+    array = bool(request.points)
     return RemoteRun(
         name=name,
         host=transport.host,
@@ -211,12 +221,13 @@ def submit(
         job_dir=staged.job_dir,
         workdir=workdir,
         run_dir=run_dir_for(request.command, workdir, job_id),
-        log=log_for(workdir, job_id, request.output, request.job_name),
+        log=log_for(workdir, job_id, request.output, request.job_name, array),
         submitted_utc=now.isoformat(timespec="seconds").replace("+00:00", "Z"),
         site=login.site,
         command=tuple(request.command),
         local_dir=str((local_root / name).absolute()),
         state="SUBMITTED",
+        points=request.points,
     )
 
 
