@@ -18,6 +18,7 @@ from typing import IO
 
 from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote import programs
+from ddpimg.remote.slurm_pattern import name_rule
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport, stderr_lines
 from ddpimg.remote.untar import Unpacked, unpack
@@ -48,14 +49,15 @@ def accepted(run: RemoteRun, checkpoints: bool) -> tuple[Callable[[str], bool], 
     """Which names of the stream are written, and the newest checkpoint's name once seen
     (the list): the run's files, its plots, the trackers' folders, the log and the job
     script by their names, and one ``checkpoints/step-N`` folder with ``checkpoints``."""
-    log = run.log.rsplit("/", 1)[-1]
-    singles = {*RUN_FILES, programs.JOB_SCRIPT, log}
+    singles = {*RUN_FILES, programs.JOB_SCRIPT}
+    log = name_rule(run.log.rsplit("/", 1)[-1])
     seen_checkpoint: list[str] = []
 
     def accept(name: str) -> bool:
         first, _, rest = name.partition("/")
         if not rest:
-            return name in singles or ("." in name and name.rsplit(".", 1)[1] in PLOT_SUFFIXES)
+            plot = "." in name and name.rsplit(".", 1)[1] in PLOT_SUFFIXES
+            return name in singles or plot or log.fullmatch(name) is not None
         if first in TRACKER_FOLDERS:
             return True
         if checkpoints and first == CHECKPOINTS:
@@ -90,14 +92,16 @@ class _Prefixed:
 def fetch_run(
     transport: Transport, run: RemoteRun, local_dir: Path, *, checkpoints: bool, max_bytes: int
 ) -> Fetched:
-    """Bring ``run``'s files into ``local_dir``."""
-    extra = [path for path in (run.log, f"{run.job_dir}/{programs.JOB_SCRIPT}") if path]
+    """Bring ``run``'s files into ``local_dir``: the log is the newest file its
+    ``--output`` pattern names (``%u``, ``%N``: whatever Slurm made of them)."""
+    extra = [f"{run.job_dir}/{programs.JOB_SCRIPT}"] if run.job_dir else []
     program = programs.pack(
         run.run_dir or "/nonexistent",
         [*RUN_FILES, *TRACKER_FOLDERS],
         PLOT_SUFFIXES,
         checkpoints,
         extra,
+        log=run.log,
     )
     accept, checkpoint = accepted(run, checkpoints)
 

@@ -22,6 +22,7 @@ from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs
 from ddpimg.remote.login import LoginNode, parse_facts, remote_said
+from ddpimg.remote.slurm_pattern import fill
 from ddpimg.remote.stage import Staged, stage_tree
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport
@@ -100,13 +101,30 @@ def run_dir_for(command: Sequence[str], workdir: str, job_id: str) -> str:
 
 
 def log_for(workdir: str, job_id: str, output: str | None, job_name: str | None) -> str:
-    """The job's log: ``--output``'s pattern with the job's id and name put in (``%j``,
-    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path)."""
-    pattern = (output or DEFAULT_LOG).replace("%%", "\0")
-    for token, value in (("%j", job_id), ("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)):
-        pattern = pattern.replace(token, value)
-    path = pattern.replace("\0", "%")
+    """The job's log, a Slurm filename pattern (``slurm_pattern``): ``--output``'s with the
+    job's id and name put in (``%j``, ``%A``, ``%x``); the others (``%u``, ``%N``) are found
+    on the login node when the log is read (``programs.newest_log``)."""
+    values = {"j": job_id, "A": job_id, "x": job_name or DEFAULT_JOB_NAME}
+    path = fill(output or DEFAULT_LOG, values)
     return path if path.startswith("/") else f"{workdir}/{path}"
+
+
+_OUTPUT = re.compile(r"^(?:--output=|-o)(?P<value>.+)$")
+_JOB_NAME = re.compile(r"^(?:--job-name=|-J)(?P<value>.+)$")
+
+
+def log_options(
+    output: str | None, job_name: str | None, sbatch_options: Sequence[str]
+) -> tuple[str | None, str | None]:
+    """The ``--output`` and ``--job-name`` the job gets: ``--sbatch-option``'s (each one
+    word, after ddpimg sbatch's own in the script, so the last of them wins), else those
+    given as ddpimg's options."""
+    for option in sbatch_options:
+        if match := _OUTPUT.match(option):
+            output = match["value"]
+        elif match := _JOB_NAME.match(option):
+            job_name = match["value"]
+    return output, job_name
 
 
 def submission_name(stem: str, now: datetime) -> str:
