@@ -42,6 +42,12 @@ def exits(*codes: tuple[int, int]) -> list[WorkerExit]:
         (((0, 130), (1, 130)), exitcodes.INTERRUPTED, None),
         # A worker killed by Ctrl-C's SIGINT (a script that reset its handler).
         (((1, INT), (0, 130)), exitcodes.INTERRUPTED, 1),
+        # The agent's SIGTERM to a worker still in its interpreter's shutdown after another
+        # ended (its handlers are gone by then): a consequence, as the 75 before it.
+        (((1, 75), (0, TERM)), exitcodes.PREEMPTED, None),
+        (((1, 5), (0, TERM)), exitcodes.RANK_LOST, None),
+        # A SIGTERM seen first came from outside, to a worker that does not act on it.
+        (((0, TERM), (1, 5)), exitcodes.RANK_LOST, 0),
     ],
 )
 def test_the_first_cause_in_the_agents_order_decides(
@@ -91,3 +97,15 @@ def test_the_same_exits_give_the_same_verdict_every_time() -> None:
     """Pure: the verdict depends on the exits alone (what makes a matrix cell's line stable)."""
     seen = exits((1, KILL), (0, 5))
     assert len({local_verdict(seen) for _ in range(5)}) == 1
+
+
+def test_the_agents_sigkill_30_s_after_the_first_exit_is_no_cause() -> None:
+    """A worker that ignored the agent's SIGTERM is killed 30 s later: the first exit
+    decides; a rank killed a few seconds after the first exit (a sentinel's SIGKILL) is
+    named."""
+    late = [WorkerExit(0, 5, 10, "n", 1000.0), WorkerExit(1, KILL, 11, "n", 1031.0)]
+    assert local_verdict(late) == local_verdict(late[:1])
+    soon = [WorkerExit(0, 5, 10, "n", 1000.0), WorkerExit(1, KILL, 11, "n", 1012.0)]
+    verdict = local_verdict(soon)
+    assert verdict.status == exitcodes.RANK_LOST
+    assert verdict.cause == soon[1]

@@ -13,11 +13,15 @@ does the most telling of them decide: a lost rank, then preemption, then interru
 The order is the agent's: it polls its workers (every 0.5 s) and lists the ones it found
 ended before it stopped the others first. A survivor of a killed rank names it only after
 the stall watch found that rank silent (3 heartbeats, at least 2 s), and it exits with a
-consequence (5) anyway, so no race between the two decides the verdict.
+consequence (5) anyway, so no race between the two decides the verdict. The agent's own
+signals are consequences too: SIGTERM to every worker still running once one has ended
+(a worker that had not yet left when it came, in its interpreter's shutdown, dies of it),
+and SIGKILL ``AGENT_KILL_AFTER_S`` later to one that has not ended by then.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +30,10 @@ from ddpimg.endings.signals import killed_message, killed_status, signal_name
 
 # A worker's status that only follows from another's failure or from outside (see above).
 CONSEQUENCES = (exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED)
+# torch's agent stops the other workers with SIGTERM, then SIGKILL after 30 s
+# (LocalElasticAgent._shutdown's timeout); its failures' timestamps are whole seconds.
+AGENT_KILL_AFTER_S = 30
+_TIMESTAMP_SLACK_S = 2
 # Statuses whose worker printed why (``ddpimg: error: ...``, the preemption or Ctrl-C line):
 # the launcher adds nothing of its own.
 SELF_EXPLAINED = frozenset({
@@ -42,6 +50,7 @@ class WorkerExit:
     code: int
     pid: int | None = None
     host: str = ""
+    timestamp: float | None = None  # when the launcher saw it end
 
     @property
     def killed(self) -> bool:
@@ -73,7 +82,7 @@ class LauncherVerdict:
 def local_verdict(exits: Sequence[WorkerExit], *, script: bool = False) -> LauncherVerdict:
     """The verdict on ``exits`` (the failed workers, in the order the launcher saw them
     end); ``script``: the workers run a user's script (the hint says how it continues)."""
-    cause = next((item for item in exits if item.killed or item.own_failure), None)
+    cause = next((item for item in exits if _is_cause(item, exits[0])), None)
     if cause is None:
         codes = {item.code for item in exits}
         status = next((code for code in CONSEQUENCES if code in codes), exitcodes.TRAINING_FAILED)
@@ -92,6 +101,22 @@ def local_verdict(exits: Sequence[WorkerExit], *, script: bool = False) -> Launc
         "launcher stopped the other ranks",
         error=False,
     )
+
+
+def _is_cause(item: WorkerExit, first: WorkerExit) -> bool:
+    """Whether ``item`` ended by itself or by something from outside, as against by the
+    agent stopping it after ``first`` (the first exit the agent saw) had ended."""
+    if item.own_failure:
+        return True
+    if not item.killed:
+        return False
+    if item is first:
+        return True
+    if -item.code == signal.SIGTERM:
+        return False
+    if -item.code == signal.SIGKILL and item.timestamp is not None and first.timestamp:
+        return item.timestamp - first.timestamp < AGENT_KILL_AFTER_S - _TIMESTAMP_SLACK_S
+    return True
 
 
 def describe_code(code: int) -> str:

@@ -101,7 +101,7 @@ def launch_local_workers(
         host = short_hostname()
         # In the order the agent saw them end (endings.workers says why that matters).
         exits = [
-            WorkerExit(rank, failure.exitcode, failure.pid, host)
+            WorkerExit(rank, failure.exitcode, failure.pid, host, failure.timestamp)
             for rank, failure in err.failures.items()
         ]
         verdict = local_verdict(exits, script=_runs_script(program))

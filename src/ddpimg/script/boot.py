@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, RankLostError, report
+from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.runtime.deepspeed_shm import release_buffers
 from ddpimg.runtime.rendezvous import stopped_start
 from ddpimg.runtime.store_decision import decided_by_rank0
@@ -295,6 +296,11 @@ class Boot:
         try:
             return self._outcome(runtime, path)
         finally:
+            # Ignored, not handled, from here to the end: the interpreter puts back the
+            # default action (death) of a signal with a handler as it shuts down, and a
+            # launcher that saw another rank end first signals this one then.
+            for sig in runtime.preemption.signals:
+                signal.signal(sig, signal.SIG_IGN)
             # DeepSpeed's CPU op leaves each rank's all-reduce segment in /dev/shm (69 MB,
             # ddpimg.runtime.deepspeed_shm). Every rank mapped every other's inside its
             # init_distributed, so once the script is over this rank's name is not needed.
@@ -338,9 +344,19 @@ class Boot:
 
     def _completed(self, runtime: ScriptRuntime) -> int:
         _release_process_group()
-        if runtime.record is not None:
-            runtime.record.write(runtime.summary_record())
-        return self._end(runtime, "completed", exitcodes.OK)
+        record = runtime.record
+        if record is not None:
+            record.write(runtime.summary_record())
+        status = self._end(runtime, "completed", exitcodes.OK)
+        if record is not None:
+            # The line a trainer's run ends with too: how it ended, where its record is.
+            out = record.out
+            print(
+                f"ddpimg: completed; metrics: {out / METRICS}, manifest: {out / MANIFEST}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return status
 
     def _exited(self, runtime: ScriptRuntime, done: SystemExit) -> int:
         code = done.code

@@ -399,3 +399,18 @@ def test_a_script_waits_the_timeout_whatever_the_backend() -> None:
     gives up after --timeout with Gloo too."""
     assert StallLimits.for_timeout(20, "gloo", script=True).backstop_s == 20
     assert StallLimits.for_timeout(20, "gloo").backstop_s > 20
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+        "[127.0.0.1]:49312",
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+        "[127.0.0.1]:8344: Connection reset by peer",
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:600] Write error: Broken pipe",
+    ],
+)
+def test_a_peer_gone_is_one_cause_whatever_gloos_words(said: str) -> None:
+    """Gloo words a dead peer by the moment it died: the survivors' line must not."""
+    assert short_cause(RuntimeError(said)) == "gloo: a peer closed its connection"

@@ -297,10 +297,19 @@ def is_collective_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(mark in str(err) for mark in COLLECTIVE_MARKERS)
 
 
+# Gloo's words for a peer whose process ended, which differ with the moment it ended
+# (mid-read, mid-write, between two operations): one cause, said one way.
+PEER_GONE_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+PEER_GONE = "gloo: a peer closed its connection"
+
+
 def short_cause(err: BaseException) -> str:
     """The first line of a backend error without its source location:
-    ``gloo: Timed out waiting 20000ms for recv operation to complete``."""
+    ``gloo: Timed out waiting 20000ms for recv operation to complete``; a peer gone is
+    ``PEER_GONE`` whatever words Gloo used."""
     text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    if "gloo/" in text and any(marker in text for marker in PEER_GONE_MARKERS):
+        return PEER_GONE
     backend = "gloo: " if "gloo/" in text else ""
     if text.startswith("[") and "] " in text:
         text = text.split("] ", 1)[1]
