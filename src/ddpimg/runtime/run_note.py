@@ -32,11 +32,16 @@ _RUNNING = "running"
 
 def tell_launcher(out: Path, env: Mapping[str, str] = os.environ) -> None:
     """Rank 0: write the run's directory into the launcher's note, if there is one (best
-    effort: the record matters more than the note)."""
+    effort: the record matters more than the note). The note is a new file: a name that is
+    taken already (a variable set by hand, a link) is left alone."""
     note = env.get(RUN_NOTE_VARIABLE)
-    if note:
-        with contextlib.suppress(OSError):
-            Path(note).write_text(str(out.absolute()), encoding="utf-8")
+    if not note:
+        return
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        descriptor = os.open(note, flags, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+            stream.write(str(out.absolute()))
 
 
 def noted_run(note: Path) -> Path | None:
