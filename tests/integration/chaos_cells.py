@@ -57,9 +57,14 @@ class Outcome:
     manifest: dict[str, Any] | None
 
 
-def verdict_line(stderr: str) -> str:
+def verdict_line(stderr: str, directory: Path | None = None) -> str:
+    """ddpimg's last line that is no hint, normalized, ``directory`` (the run's, which
+    differs from run to run) written DIR."""
     lines = [line for line in stderr.splitlines() if line.startswith("ddpimg: ")]
-    return normalized(lines[-1]) if lines else ""
+    if not lines:
+        return ""
+    line = lines[-1] if directory is None else lines[-1].replace(str(directory), "DIR")
+    return normalized(line)
 
 
 def _command(cell: Cell, out: Path, marks: Path, scratch: Path) -> list[str]:
@@ -121,7 +126,7 @@ def run_cell(cell: Cell, tmp: Path, env: Mapping[str, str]) -> Outcome:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return Outcome(proc.returncode, verdict_line(stderr), stderr, _manifest(out))
+    return Outcome(proc.returncode, verdict_line(stderr, tmp), stderr, _manifest(out))
 
 
 def _alone_at_the_rendezvous(cell: Cell, tmp: Path, env: Mapping[str, str]) -> Outcome:
@@ -153,7 +158,7 @@ def _alone_at_the_rendezvous(cell: Cell, tmp: Path, env: Mapping[str, str]) -> O
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return Outcome(proc.returncode, verdict_line(stderr), stderr, _manifest(out))
+    return Outcome(proc.returncode, verdict_line(stderr, tmp), stderr, _manifest(out))
 
 
 def _listening(port: int) -> bool:

@@ -442,10 +442,11 @@ class Boot:
         if self.rank == 0 and runtime.watch is not None and _hosts_store():
             # Rank 0's store holds every rank's record: it stays until the others have read
             # how this rank ended (a rank that failed too must find this one failed, not the
-            # store gone, which would read as a lost rank). After a failure only briefly:
-            # this process keeps the script's connections open, and a rank waiting in a
-            # collective learns of the failure when they close. A preemption signal now
-            # (the job at its time limit) ends the wait: the ending is decided already.
+            # store gone, which would read as a lost rank). After a failure only briefly: a
+            # rank waiting for this one in a collective reads its failure within a few
+            # heartbeats (the stall watch's failure look), or when this process's
+            # connections close. A preemption signal now (the job at its time limit) ends
+            # the wait: the ending is decided already.
             watch = runtime.watch
             late = self._late or _LateSignals(runtime.preemption.signals)
             limit = self.options.timeout_s if status == "completed" else watch.limits.grace_s
