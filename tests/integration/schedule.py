@@ -47,7 +47,7 @@ LONGEST_FIRST = (
     "test_any_shape.py",  # ~150 s: three gloo phases of 11 cells and the exact DeepSpeed states
     "test_transformers.py",  # ~150 s: with the DeepSpeed checkpoint resumed on 1 rank (~40 s)
     "test_launchers.py",  # ~140 s
-    "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
+    "test_sbatch.py",  # ~165 s: a requeued job waits for no scheduling pass; a sweep's array ~35 s
     "test_token_shards.py",  # ~125 s
     "test_crafted_checkpoints.py",  # ~110 s
     "test_tracker_sync.py",  # ~80 s

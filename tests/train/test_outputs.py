@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 import ddpimg
+from ddpimg.buildinfo import read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.train.outputs import (
     MetricsWriter,
     RunRecorder,
     collect_versions,
-    read_build_info,
     utc_now,
     write_json_atomic,
 )

@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs``, the
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs|addon``, the
 laptop's ``ddpimg submit|follow|fetch|cancel``, and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Protocol, cast
 if TYPE_CHECKING:
     import argparse
 
-from ddpimg import __version__, exitcodes
+from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, report
 from ddpimg.optional import missing_package
+from ddpimg.version import __version__
 
 
 class CommandModule(Protocol):
@@ -43,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "render (and submit) a Slurm batch script for a site, an image and a train command",
         "sbatch_cmd",
     ),
-    "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
+    "plot": ("plot a run's loss, learning rate and throughput; several overlaid", "plot_cmd"),
     "data": (
         "prepare datasets: pack an image tree into shards, index a dataset, tokenize text",
         "data_cmd",
@@ -60,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": (
         "list the runs in ./runs (or $DDPIMG_RUNS) and those submitted from here",
         "runs_cmd",
+    ),
+    "addon": (
+        "your own packages beside the image: build an add-on, or an image with add-ons",
+        "addon_cmd",
     ),
     "submit": (
         "from a laptop: stage this tree, render and submit the job on a login node over ssh",

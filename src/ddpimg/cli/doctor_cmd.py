@@ -86,9 +86,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if checkup.is_main:
             # Imported here: the module brings the training outputs' imports, which only an
             # answered checkup needs.
-            from ddpimg.train.outputs import read_build_info
+            from ddpimg.addon.mounted import explain_lines
+            from ddpimg.buildinfo import read_build_info
 
-            lines = render_image(read_build_info(os.environ))
+            lines = render_image(read_build_info(os.environ)) + explain_lines(os.environ)
             lines += render_checkup(checkup, launch.plan, as_json=args.json)
             print("\n".join(lines), flush=True)
 

@@ -212,16 +212,21 @@ class Follower:
         return None
 
     def _job(self) -> JobInfo | None:
-        """Slurm's record of the job; None when there is none this poll. Only Slurm's own
-        "Invalid job id" counts towards UNKNOWN_POLLS: a controller that does not answer
-        (a restart, a timeout) says nothing about the job, which may run on; after
-        ``give_up_s`` of that, following ends with a RemoteError (the job goes on)."""
+        """Slurm's record of the job; None when there is none this poll."""
+        said = self._scontrol()
+        return None if said is None else parse_job(said, self.run.job_id)
+
+    def _scontrol(self) -> str | None:
+        """What ``scontrol show job`` says of the job; None when it says nothing this poll.
+        Only Slurm's own "Invalid job id" counts towards UNKNOWN_POLLS: a controller that
+        does not answer (a restart, a timeout) says nothing about the job, which may run on;
+        after ``give_up_s`` of that, following ends with a RemoteError (the job goes on)."""
         answer = self.transport.run(
             programs.job_state(self.run.job_id), "Slurm's state of the job", timeout=POLL_TIMEOUT_S
         )
         if answer.status == 0:
             self.seen.silent_since = None
-            return parse_job(answer.text, self.run.job_id)
+            return answer.text
         if answer.status == programs.UNKNOWN_JOB:
             self.seen.unknown += 1
             return None

@@ -251,3 +251,24 @@ def pack(
 
 def cancel(job_id: str) -> str:
     return PRELUDE + f"exec scancel {q(job_id)}\n"
+
+
+def sweep_points(directory: str, names: Sequence[str], manifest_limit: int, tail: int) -> str:
+    """For each point ``names`` of the sweep in ``directory``: a line ``point NAME``, then
+    (when there) ``manifest B64`` (its manifest.json, at most ``manifest_limit`` bytes) and
+    ``metrics B64`` (the last ``tail`` bytes of its metrics.jsonl), each base64 on one line;
+    MISSING when the directory is not there."""
+    return PRELUDE + (
+        f"cd {home_word(directory)} 2>/dev/null || exit {MISSING}\n"
+        f"for p in {' '.join(q(name) for name in names)}; do\n"
+        "    printf 'point %s\\n' \"$p\"\n"
+        '    if [ -f "$p/manifest.json" ]; then\n'
+        f"        printf 'manifest '; head -c {int(manifest_limit)} \"$p/manifest.json\" | "
+        "base64 | tr -d '\\n'; echo\n"
+        "    fi\n"
+        '    if [ -f "$p/metrics.jsonl" ]; then\n'
+        f"        printf 'metrics '; tail -c {int(tail)} \"$p/metrics.jsonl\" | "
+        "base64 | tr -d '\\n'; echo\n"
+        "    fi\n"
+        "done\n"
+    )

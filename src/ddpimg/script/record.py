@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ddpimg.addon.mounted import addon_records
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
@@ -182,6 +183,7 @@ class ScriptRecord:
             "distributed": dict(world),
             "run_info": dict(run_info),
             "versions": collect_versions(env),
+            "addons": addon_records(env),
             "outputs": {},
             "continues": None,
         }
