@@ -123,8 +123,7 @@ def parse_args(
 
 def report_error(err: DdpimgError) -> int:
     """Print ``err`` the one way user errors are printed; return its exit status."""
-    report(err)
-    return exitcodes.for_error(err)
+    return exitcodes.tell(err)
 
 
 def report_crash(command: str, err: Exception) -> int:

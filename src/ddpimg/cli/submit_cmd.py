@@ -33,7 +33,7 @@ from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs, state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S
 from ddpimg.remote.login import AUTO, check_login
-from ddpimg.remote.submit import Request, check_command, submit, with_addons
+from ddpimg.remote.submit import Request, check_command, log_options, submit, with_addons
 from ddpimg.remote.tree import DEFAULT_MAX_FILES, DEFAULT_MAX_MB, Limits, collect_tree
 from ddpimg.runs.names import DEFAULT_ROOT, runs_root
 
@@ -189,13 +189,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     remote_ddpimg = _remote_ddpimg(args.remote_ddpimg)
     path = remote_common.state_file(env)
     state.load(path)  # a state file that cannot be read is told before a job exists
+    output, job_name = log_options(args.output, args.job_name, args.sbatch_options or ())
     request = Request(
         args.site,
         args.remote_dir,
         tuple(job_words(args) + sweep_words(args)),
         tuple(command),
-        output=args.output,
-        job_name=args.job_name,
+        output=output,
+        job_name=job_name,
         addons=tuple(args.addons or ()),
         points=points,
     )

@@ -91,12 +91,11 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             stop=lambda: preemption.received,
         )
         startup.mark("process_group")
-        finished = False
         try:
             status = run_training(config, ctx, preemption, runs=runs)
-            finished = True
         finally:
-            runtime.shutdown(finished)
+            # run_training's ranks met at its end: no barrier is left to make.
+            runtime.shutdown(finished=False)
     # The run is over. A preemption signal still on its way (the job ended close to its time
     # limit) would otherwise kill the exiting process and turn a completed run into a
     # failed step in the batch script.

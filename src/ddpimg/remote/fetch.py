@@ -22,6 +22,7 @@ from typing import IO
 
 from ddpimg.errors import DdpimgError, printable
 from ddpimg.remote import programs
+from ddpimg.remote.slurm_pattern import name_rule
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport, stderr_lines
 from ddpimg.remote.untar import Unpacked, unpack
@@ -58,16 +59,17 @@ def accepted(
 ) -> tuple[Callable[[str], bool], list[str]]:
     """Which names of the stream are written, and the newest checkpoint's name once seen
     (the list): the run's files (and ``also``), its plots, the trackers' folders, the log
-    and the job script by their names, and one ``checkpoints/step-N`` folder with
-    ``checkpoints``."""
-    log = run.log.rsplit("/", 1)[-1]
-    singles = {*RUN_FILES, *also, programs.JOB_SCRIPT, log}
+    (a name its Slurm filename pattern gives) and the job script, and one
+    ``checkpoints/step-N`` folder with ``checkpoints``."""
+    singles = {*RUN_FILES, *also, programs.JOB_SCRIPT}
+    log = name_rule(run.log.rsplit("/", 1)[-1])
     seen_checkpoint: list[str] = []
 
     def accept(name: str) -> bool:
         first, _, rest = name.partition("/")
         if not rest:
-            return name in singles or ("." in name and name.rsplit(".", 1)[1] in PLOT_SUFFIXES)
+            plot = "." in name and name.rsplit(".", 1)[1] in PLOT_SUFFIXES
+            return name in singles or plot or log.fullmatch(name) is not None
         if first in TRACKER_FOLDERS:
             return True
         if checkpoints and first == CHECKPOINTS:
@@ -109,15 +111,16 @@ def fetch_run(
     also: Sequence[str] = (),
 ) -> Fetched:
     """Bring ``run``'s files (and the files ``also`` names in its directory) into
-    ``local_dir``."""
-    script = f"{run.job_dir}/{programs.JOB_SCRIPT}" if run.job_dir else ""
-    extra = [path for path in (run.log, script) if path]
+    ``local_dir``: the log is the newest file its ``--output`` pattern names (``%u``,
+    ``%N``: whatever Slurm made of them)."""
+    extra = [f"{run.job_dir}/{programs.JOB_SCRIPT}"] if run.job_dir else []
     program = programs.pack(
         run.run_dir or "/nonexistent",
         [*RUN_FILES, *also, *TRACKER_FOLDERS],
         PLOT_SUFFIXES,
         checkpoints,
         extra,
+        log=run.log,
     )
     accept, checkpoint = accepted(run, checkpoints, also)
 

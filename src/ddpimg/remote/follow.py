@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ddpimg.endings.reports import killed_ranks
 from ddpimg.remote import programs
 from ddpimg.remote.jobinfo import COMPLETED, PENDING, RUNNING, JobInfo, parse_job
 from ddpimg.remote.metrics_tail import MetricsTail
@@ -342,7 +343,7 @@ class Follower:
         else:
             ok = state == COMPLETED and (status == "completed" or not self.run.run_dir)
         if not ok:
-            self._show_log(info)
+            self._tell_killed(self._show_log(info))
         summary = self.seen.summary or {}
         last = self.seen.last_train or {}
         steps = integer(summary.get("steps")) or integer(last.get("step"))
@@ -351,9 +352,19 @@ class Follower:
             loss = number(last.get("loss"))
         return Ended(state, status, steps, loss, ok)
 
-    def _show_log(self, info: JobInfo | None) -> None:
-        """The log's last lines: where submit expected it, else where Slurm says it is (an
-        ``--output`` pattern submit could not fill in)."""
+    def _tell_killed(self, log: bytes) -> None:
+        """The last word on a rank the launcher says was killed by a signal (srun's ``task
+        1: Killed``, Open MPI's ``exited on signal 9``, torchrun's ``exitcode: -9``), in
+        ddpimg's words: the rank, its host, the signal and its usual cause."""
+        killed = killed_ranks(log.decode("utf-8", "replace"))
+        if killed:
+            message, hint = killed[0].verdict(script=self._is_script)
+            self.say(f"{message} ({killed[0].launcher} says so)")
+            self.say(f"hint: {hint}")
+
+    def _show_log(self, info: JobInfo | None) -> bytes:
+        """The log's last lines (and returns them): where submit expected it, else where
+        Slurm says it is; each the newest file of its Slurm filename pattern."""
         paths = [self.run.log] + ([info.log] if info is not None and info.log else [])
         for path in dict.fromkeys(paths):
             answer = self.transport.run(
@@ -363,10 +374,11 @@ class Follower:
                 break
         else:
             self.say(f"no log at {text(self.run.log)}")
-            return
+            return b""
         self.say(f"the last lines of {text(path)}:")
         for line in log_lines(answer.stdout, LOG_LINES):
             self.screen.line(f"  | {line}")
+        return answer.stdout
 
     # -- reading files -----------------------------------------------------------------
 

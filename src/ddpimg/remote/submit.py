@@ -25,6 +25,7 @@ from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs
 from ddpimg.remote.login import LoginNode, parse_facts, remote_said
+from ddpimg.remote.slurm_pattern import fill
 from ddpimg.remote.stage import Staged, stage_tree
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport
@@ -144,16 +145,33 @@ def run_dir_for(command: Sequence[str], workdir: str, job_id: str) -> str:
 def log_for(
     workdir: str, job_id: str, output: str | None, job_name: str | None, array: bool = False
 ) -> str:
-    """The job's log: ``--output``'s pattern with the job's id and name put in (``%j``,
-    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path). An
-    array's keeps ``%a``, each task's id."""
-    pattern = (output or (ARRAY_LOG if array else DEFAULT_LOG)).replace("%%", "\0")
-    tokens = [("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)]
-    tokens += [] if array else [("%j", job_id)]  # a task's own id is not known here
-    for token, value in tokens:
-        pattern = pattern.replace(token, value)
-    path = pattern.replace("\0", "%")
+    """The job's log, a Slurm filename pattern (``slurm_pattern``): ``--output``'s with the
+    job's id and name put in (``%A``, ``%x``, and ``%j`` but in an array, whose tasks have
+    ids of their own); the others (``%u``, ``%N``) are found on the login node when the log
+    is read (``programs.newest_log``). An array's keeps ``%a``, each task's index."""
+    values = {"A": job_id, "x": job_name or DEFAULT_JOB_NAME}
+    if not array:
+        values["j"] = job_id
+    path = fill(output or (ARRAY_LOG if array else DEFAULT_LOG), values)
     return path if path.startswith("/") else f"{workdir}/{path}"
+
+
+_OUTPUT = re.compile(r"^(?:--output=|-o)(?P<value>.+)$")
+_JOB_NAME = re.compile(r"^(?:--job-name=|-J)(?P<value>.+)$")
+
+
+def log_options(
+    output: str | None, job_name: str | None, sbatch_options: Sequence[str]
+) -> tuple[str | None, str | None]:
+    """The ``--output`` and ``--job-name`` the job gets: ``--sbatch-option``'s (each one
+    word, after ddpimg sbatch's own in the script, so the last of them wins), else those
+    given as ddpimg's options."""
+    for option in sbatch_options:
+        if match := _OUTPUT.match(option):
+            output = match["value"]
+        elif match := _JOB_NAME.match(option):
+            job_name = match["value"]
+    return output, job_name
 
 
 def submission_name(stem: str, now: datetime) -> str:

@@ -26,6 +26,7 @@ from ddpimg.buildinfo import read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
+from ddpimg.runtime.run_note import tell_launcher
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
 from ddpimg.untrusted import BadInput, read_lines
@@ -160,6 +161,8 @@ class RunRecorder:
         sink = None if trackers is None else trackers.record
         self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines, sink)
         write_json_atomic(out / MANIFEST, manifest)
+        # train --nproc-per-node's launcher writes its verdict into this manifest too.
+        tell_launcher(out)
 
     @classmethod
     def start(
