@@ -22,6 +22,7 @@ CHECK_FAILED = 4  # `ddpimg doctor` found a problem
 RANK_LOST = 5
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGUSR2/SIGTERM after a checkpoint; requeue and resume
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`ddpimg runs | head`)
 
 
 def for_error(err: BaseException) -> int:

@@ -166,6 +166,10 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
         if missing is None:
             return report_crash(_command_line(namespace.command, command_prog), err)
         return report_error(missing)
+    except BrokenPipeError as err:
+        if not _stdout_closed():
+            return report_crash(_command_line(namespace.command, command_prog), err)
+        return exitcodes.OUTPUT_CLOSED
     except Exception as err:
         return report_crash(_command_line(namespace.command, command_prog), err)
     except KeyboardInterrupt:
@@ -178,6 +182,32 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
             flush=True,
         )
         return exitcodes.INTERRUPTED
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader went away (``ddpimg runs | head``): then, as any
+    Unix filter, end quietly with 128 + SIGPIPE. A write to such a pipe fails with EPIPE and
+    ``poll`` reports an error on it. Standard output then points at /dev/null, so that the
+    interpreter's last flush of what is still buffered does not fail again (Python's
+    documentation, the note on SIGPIPE in the signal module)."""
+    import select
+    import stat
+
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError):
+        return False
+    if not any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 def _command_line(command: str, command_prog: str | None) -> str:
