@@ -59,11 +59,13 @@ def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
     if profiled:
         draw_breakdown(figure.add_subplot(grid[row, :]), runs, names)
     figure.suptitle(title(runs))
-    _save(figure, output)
+    save_figure(figure, output)
     return figure
 
 
-def _save(figure: Figure, output: Path) -> None:
+def save_figure(figure: Figure, output: Path) -> None:
+    """``figure`` into ``output`` in the format its suffix names (a DdpimgError that names it
+    when it cannot be written)."""
     try:
         # Rendered in memory, then renamed into place: an existing file (with --force) or
         # link at ``output`` is replaced, never written through.

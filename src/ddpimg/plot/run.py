@@ -70,6 +70,7 @@ class Run:
     global_batch: int | None = None
     breakdown: list[StepBreakdown] = field(default_factory=list)
     cpu_threads: int | None = None
+    final_loss: float | None = None  # the summary's: a run may log no train line at all
 
     @property
     def name(self) -> str:
@@ -107,6 +108,7 @@ def read_run(path: Path) -> Run:
         or _whole(manifest.get("global_batch")),
         breakdown=read_breakdowns(path),
         cpu_threads=_whole(_section(manifest, "run_info").get("cpu_threads")),
+        final_loss=_optional(summary, "final_loss"),
     )
 
 
@@ -171,6 +173,7 @@ _READ: dict[str, dict[str, tuple[str, float]]] = {
         "global_batch_size": (_COUNT, 1),
         "samples_per_s": (_NUMBER, 0),
         "steady_samples_per_s": (_NUMBER, 0),
+        "final_loss": (_NUMBER, -math.inf),
     },
 }
 

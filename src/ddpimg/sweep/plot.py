@@ -7,31 +7,27 @@ log-uniformly; one colour per value otherwise). Below it, one panel per swept op
 point's final eval loss against that option's value (the final training loss when no point
 evaluated), in the same colours, the best point ringed.
 
-The metrics are read here, bounded and without trusting them (a fetched sweep's files came
-from a cluster): a line that is not a JSON object with numbers where numbers belong is
-skipped. matplotlib is imported when a figure is drawn, rendered with the Agg canvas.
+Each point's run is read as ``ddpimg plot`` reads any run (``ddpimg.plot.read_run``: bounded,
+every value checked, since a fetched sweep's files came from a cluster), and the figure is
+written by ``ddpimg.plot.save_figure``. matplotlib is imported when a figure is drawn.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError, printable
-from ddpimg.fsio import write_bytes_atomic
-from ddpimg.run_files import MAX_METRICS_LINE, METRICS
+from ddpimg.plot import read_run, save_figure
 from ddpimg.sweep.results import read_results
 from ddpimg.sweep.spec import LOG
-from ddpimg.untrusted import BadInput, parse_json, read_lines
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-MAX_LINES = 1_000_000  # of one point's metrics.jsonl
 LEGEND_POINTS = 12  # more points than this: no legend, the colour bar says it
 RING = 14.0
 TICKED_VALUES = 8  # an option with at most this many values gets a tick at each
@@ -48,43 +44,21 @@ class Curves:
     final_loss: float | None = None
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def read_curves(run: Path) -> Curves:
-    """``run/metrics.jsonl`` as ``Curves`` (empty when there is none)."""
-    train: list[tuple[float, float]] = []
-    evals: list[tuple[float, float]] = []
-    summary: dict[str, Any] = {}
+    """What the plot takes of one point's run, read as ``ddpimg plot`` reads any run
+    (``ddpimg.plot.read_run``: bounded, every value checked); a point with no metrics yet, or
+    whose file does not read, draws nothing."""
     try:
-        for count, line in enumerate(read_lines(run / METRICS, MAX_METRICS_LINE)):
-            if count >= MAX_LINES:
-                break
-            try:
-                record = parse_json(line)
-            except ValueError:
-                continue
-            if not isinstance(record, dict):
-                continue
-            step, loss = _number(record.get("step")), _number(record.get("loss"))
-            if record.get("kind") == "train" and step is not None and loss is not None:
-                train.append((step, loss))
-            elif record.get("kind") == "eval" and loss is not None:
-                evals.append((step if step is not None else (train[-1][0] if train else 0), loss))
-            elif record.get("kind") == "summary":
-                summary = record
-    except (OSError, BadInput):
-        pass  # no metrics yet, or a file that is not one: the point draws nothing
-    eval_loss = _number(summary.get("eval_loss"))
-    if eval_loss is None and evals:
-        eval_loss = evals[-1][1]
-    final = _number(summary.get("final_loss"))
-    if final is None and train:
-        final = train[-1][1]
-    return Curves(train, evals, eval_loss, final)
+        read = read_run(run)
+    except DdpimgError:
+        return Curves()
+    train = [(float(point.step), point.loss) for point in read.steps]
+    evals = [
+        (point.step if point.step is not None else (train[-1][0] if train else 0.0), point.loss)
+        for point in read.evals
+    ]
+    final = read.final_loss if read.final_loss is not None else (train[-1][1] if train else None)
+    return Curves(train, evals, evals[-1][1] if evals else None, final)
 
 
 def _numbers(values: Sequence[str]) -> list[float] | None:
@@ -216,13 +190,5 @@ def plot_sweep(directory: Path, output: Path) -> Figure:
             axes.set_xticks(range(len(scale.categories)), [printable(c) for c in scale.categories])
         axes.set(xlabel=scale.name, ylabel=metric, title=f"{metric} against {scale.name}")
         axes.grid(True, alpha=0.3)
-    try:
-        image = io.BytesIO()
-        figure.savefig(image, format=output.suffix.lstrip(".").lower() or None)
-        write_bytes_atomic(output, image.getvalue())
-    except (OSError, ValueError) as err:
-        raise DdpimgError(
-            f"-o {output}: cannot write the plot ({err})",
-            hint="give a writable path ending in .png (or .pdf, .svg)",
-        ) from err
+    save_figure(figure, output)
     return figure

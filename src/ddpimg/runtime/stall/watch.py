@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from ddpimg import exitcodes
 from ddpimg.errors import RankLostError, report
+from ddpimg.runtime.interruptible import heeding
 from ddpimg.runtime.stall.record import SETUP, ProgressRecord, State, record_key
 from ddpimg.runtime.stall.verdict import Verdict, describe, judge
 
@@ -95,23 +96,13 @@ class StoreUnanswered(Exception):
 def bounded(call: Callable[[], T], timeout_s: float) -> T:
     """``call()`` in a helper thread; StoreUnanswered if it has not returned in time (the
     thread is left behind: it is a daemon, blocked in the store's client)."""
-    outcome: list[tuple[bool, object]] = []
+    deadline = time.monotonic() + timeout_s
 
-    def target() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as err:  # handed to the caller, whatever it is
-            outcome.append((False, err))
+    def unanswered() -> None:
+        if time.monotonic() >= deadline:
+            raise StoreUnanswered(f"no answer within {timeout_s:g} s")
 
-    thread = threading.Thread(target=target, name="ddpimg-store-op", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise StoreUnanswered(f"no answer within {timeout_s:g} s")
-    done, value = outcome[0]
-    if not done:
-        raise value  # type: ignore[misc]  # an exception, see target()
-    return value  # type: ignore[return-value]  # call()'s result
+    return heeding(call, unanswered, poll_s=timeout_s)
 
 
 class Board:
