@@ -494,12 +494,12 @@ def gpu_check(session: nox.Session) -> None:
         )  # fmt: skip
 
 
-# ---- The GPU runbook (docs/performance.md, "GPU runbook") ----------------------------------
+# ---- The GPU runbook (docs/benchmarks.md, "GPU runbook") -----------------------------------
 
 
 @nox.session(name="gpu-runbook", default=False, venv_backend="none")
 def gpu_runbook(session: nox.Session) -> None:
-    """The GPU runbook (docs/performance.md): -- [--dry-run] [--part 1|2|3|all] (see -- -h)."""
+    """The GPU runbook (docs/benchmarks.md): -- [--dry-run] [--part 1|2|3|all] (see -- -h)."""
     python = str(_stack(session) / "python")
     session.run(python, "benchmarks/gpu_runbook.py", *session.posargs, external=True)
 

@@ -1,6 +1,7 @@
 """The benchmark session (``nox -s bench``): ddpimg against plain PyTorch, and its own costs.
 
-Parts (benchmarks/parts/, one module each; docs/performance.md says what each row means):
+Parts (benchmarks/parts/, one module each; docs/benchmarks.md says what each row means, and
+docs/performance.md shows the current figures):
 
 * ``env``: ``ddpimg env --json`` against ``python -c pass``; whether it imports torch.
 * ``startup``: time to the first training step, by phase; the whole process of
@@ -21,6 +22,10 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 * ``tokens``: gpt on token shards vs synthetic, peak memory against corpus size, tokenizing.
 * ``accumulation``: samples/s with micro-batches accumulated vs one batch of their size; peak
   memory against the number of micro-batches.
+* ``addon``: an add-on of a realistic requirements file: its build time and size; importing
+  from a mounted add-on against the image's own packages (``--addon-image``).
+* ``dropout``: a pass's dropout masks: the counter-based draw vs the per-row generators it
+  replaced and one generator's draw of the pass.
 
     python benchmarks/bench.py [--parts env,startup,...] [--repeats 3] [--models mnist,...]
                                [--startup-before SRC]
@@ -29,7 +34,8 @@ Parts (benchmarks/parts/, one module each; docs/performance.md says what each ro
 
 Results go to ``<out>/<hostname>-<date>.json``; a later run on the same day replaces the
 parts it ran and keeps the others, so one part can be rerun alone. The table of every
-part in the file is printed (Markdown).
+part in the file is printed (Markdown). With the default ``--out`` (benchmarks/results), the
+figures docs/performance.md shows are drawn again from the results there (``figures.py``).
 """
 
 from __future__ import annotations
@@ -46,10 +52,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import figures
 from parts import (
     ab,
     accumulation,
+    addon,
     data,
+    dropout,
     env,
     gpu,
     image,
@@ -64,6 +73,7 @@ from parts import (
 )
 from parts.common import HERE, Row
 
+RESULTS = HERE / "results"
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
     "env": lambda ns: env.run(ns.env_count),
     "startup": lambda ns: startup.run(ns.repeats, ns.startup_before),
@@ -81,6 +91,8 @@ PARTS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]
     ),
     "tokens": lambda ns: tokens.run(ns.repeats),
     "accumulation": lambda ns: accumulation.run(ns.repeats),
+    "addon": lambda ns: addon.run(ns.addon_image, ns.image_count),
+    "dropout": lambda ns: dropout.run(ns.repeats),
 }
 
 
@@ -133,6 +145,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--image-builds", type=Path, help="build times (written by nox)")
     parser.add_argument("--image-count", type=int, default=5)
     parser.add_argument(
+        "--addon-image", default="ddpimg:cpu", help="addon: the image the add-on is built in"
+    )
+    parser.add_argument(
         "--gpu-dry-run",
         action="store_true",
         help="run the gpu part's commands on the CPU at toy sizes (checks the plumbing only)",
@@ -145,7 +160,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             help=f"the gpu part's {name} batch (default: on a GPU the largest that fits, "
             "searched first; in the dry run its toy batch)",
         )
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     ns = parser.parse_args(argv)
     unknown = sorted(set(ns.parts.split(",")) - set(PARTS))
@@ -196,6 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.markdown.write_text(table + "\n")
     print(table)
     print(f"\nwrote {path}", file=sys.stderr)
+    if ns.out.resolve() == RESULTS.resolve():
+        try:
+            for name in figures.draw_all(RESULTS, figures.IMAGES):
+                print(f"drew {figures.IMAGES / name}", file=sys.stderr)
+        except ImportError as err:
+            print(f"bench: no figures: {err} (pip install matplotlib)", file=sys.stderr)
     if failed:
         print(f"bench: failed parts: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """The GPU runbook: everything GPU-only that ddpimg claims, checked and measured on a CUDA
-machine in three commands of at most nine minutes each (docs/performance.md, "GPU runbook";
+machine in three commands of at most nine minutes each (docs/benchmarks.md, "GPU runbook";
 the steps: benchmarks/runbook/plan.py).
 
     python benchmarks/gpu_runbook.py --part 1|2|3|all [--dry-run] [--out DIR] [--budget-s S]

@@ -250,8 +250,8 @@ def test_any_loaded_checkpoint_structure_is_judged_without_an_error(found: Any) 
 # --- metrics lines ----------------------------------------------------------------------
 
 VALID_LINES = [
-    {"kind": "train", "epoch": 1, "step": 1, "loss": 2.0, "samples_per_s": 10.0},
-    {"kind": "eval", "epoch": 1, "loss": 1.0, "accuracy": 0.5},
+    {"kind": "train", "epoch": 1, "step": 1, "loss": 2.0, "samples_per_s": 10.0, "lr": 0.1},
+    {"kind": "eval", "epoch": 1, "loss": 1.0, "accuracy": 0.5, "samples": 8, "set_samples": 9},
     {"kind": "summary", "world_size": 2, "samples_per_s": 10.0, "steps_per_epoch": 1},
 ]
 
@@ -272,7 +272,8 @@ def test_any_metrics_file_ends_in_curves_or_a_named_error(tmp_path: Path, raw: b
     (tmp_path / "metrics.jsonl").write_bytes(raw)
     run = ends(lambda: read_run(tmp_path))
     if run is not None:
-        assert all(isinstance(loss, float) for _, loss in run.train)
+        assert all(isinstance(point.loss, float) for point in run.steps)
+        assert all(point.lr is None or point.lr >= 0 for point in run.steps)
         assert run.world_size is None or run.world_size >= 1
 
 

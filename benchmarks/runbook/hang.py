@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddpimg import runtime
 from ddpimg.host import short_hostname
 from ddpimg.plan import build_plan
+from ddpimg.runtime import initialize
 from ddpimg.runtime.flight_recorder import BUFFER_NAMES, DEFAULT_ENTRIES, FILE_PREFIX
 
 WATCHDOG_GRACE_S = 90.0
@@ -71,7 +71,7 @@ def main(trace_dir: Path, timeout_s: float) -> int:
         # ddpimg switches the recorder on for NCCL only (Gloo cannot dump on a timeout).
         os.environ.setdefault(BUFFER_NAMES[0], str(DEFAULT_ENTRIES))
     plan = build_plan(os.environ, short_hostname())
-    ctx = runtime.initialize(plan, timeout_s=timeout_s, trace_dir=str(trace_dir))
+    ctx = initialize(plan, timeout_s=timeout_s, trace_dir=str(trace_dir))
     tensor = torch.ones(ELEMENTS, device=ctx.device)
     dist.all_reduce(tensor)
     if ctx.device.type == "cuda":

@@ -20,7 +20,7 @@ FALLBACK_SITE = "site"
 
 def _installed_ddpimg(ctx: Context) -> Path | None:
     probe = commands.run(
-        [PYTHON, "-c", "import ddpimg; print(ddpimg.__file__)"], ctx.deadline, ctx.log
+        [PYTHON, "-c", "import ddpimg.version as v; print(v.__file__)"], ctx.deadline, ctx.log
     )
     return Path(probe.stdout.strip()).parent if probe.ok else None
 

@@ -214,6 +214,11 @@ install_ddpimg() {
     for command in train ddpimg; do
         install -m 0755 "$entrypoints/$command" "$venv/bin/$command"
     done
+    # Add-ons (docs/addons.md): mounted read-only under /opt/ddpimg/addons/NAME, and seen by
+    # every Python of the image after the venv's own packages through a .pth start-up hook
+    # (ddpimg/addon/sitepath.py says why a .pth file and not PYTHONPATH).
+    mkdir -p /opt/ddpimg/addons
+    "$venv/bin/python" -I -m ddpimg addon install-hook >/dev/null
 }
 
 case $step in

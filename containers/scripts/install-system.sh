@@ -27,8 +27,9 @@
 #   libgomp1                     OpenMP, which DeepSpeed's built CPU ops are linked against (g++
 #                                brings it too, but the cpu flavour has no g++)
 #   tini                         PID 1 under Docker: forwards signals, reaps torchrun's workers
-#   squashfs-tools               mksquashfs: `ddpimg addon` packs an add-on's packages as a
-#                                squashfs inside the image (docs/addons.md)
+#   squashfs-tools               mksquashfs packs `ddpimg addon build`'s add-ons where they are
+#                                built, in the image itself (apptainer exec ddp.sif ...), and
+#                                unsquashfs unpacks them for `ddpimg addon image` (docs/addons.md)
 #   python3 python3-venv         only where the base has no Python of its own (CUDA bases)
 # Never libnccl: torch's CUDA wheels carry NCCL, and a second libnccl on the loader path is
 # how a job ends up mixing two versions.

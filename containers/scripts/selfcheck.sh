@@ -11,7 +11,7 @@ fail() {
     exit 1
 }
 
-for command in train ddpimg python3; do
+for command in train ddpimg python3 mksquashfs; do
     command -v "$command" >/dev/null 2>&1 || fail "$command is not on PATH ($PATH)"
 done
 [ "$(command -v python3)" = /opt/ddpimg/venv/bin/python3 ] ||

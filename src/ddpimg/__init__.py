@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from ddpimg.version import __version__
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-__version__ = "0.1.0"
-__all__ = ["PREEMPTED", "log", "preemption_requested", "progress", "run_dir"]
+__all__ = ["PREEMPTED", "__version__", "log", "preemption_requested", "progress", "run_dir"]
 
 # The exit status of a run stopped for preemption after its checkpoint (exitcodes.PREEMPTED).
 PREEMPTED = 75

@@ -106,7 +106,21 @@ class RendezvousError(DdpimgError):
 
 class StartStopped(DdpimgError):
     """A preemption signal (SIGTERM, SIGUSR2) arrived while the ranks were starting: they
-    stop there, with nothing to checkpoint, and the job can be requeued."""
+    stop there, with nothing to checkpoint, and the job can be requeued. No error: rank 0
+    says so in one line (``announce``), the others exit with the same status silently, as
+    after a preemption in training."""
+
+    def __init__(self, message: str, hint: str | None = None, *, rank: int = 0) -> None:
+        super().__init__(message, hint)
+        self.rank = rank
+
+    def announce(self, status: int, stream: TextIO | None = None) -> None:
+        """Rank 0's one line: the message and the exit status."""
+        if self.rank != 0 or self.reported:
+            return
+        self.reported = True
+        target = sys.stderr if stream is None else stream
+        print(f"ddpimg: {printable(self.message)}; exit status {status}", file=target, flush=True)
 
 
 class RankLostError(DdpimgError):

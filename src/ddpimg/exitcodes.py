@@ -7,7 +7,7 @@ records in manifest.json both come from ``for_error``.
 
 from __future__ import annotations
 
-from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, StartStopped
+from ddpimg.errors import DdpimgError, RankLostError, RendezvousError, StartStopped, report
 from ddpimg.optional import missing_package
 
 OK = 0
@@ -22,6 +22,7 @@ CHECK_FAILED = 4  # `ddpimg doctor` found a problem
 RANK_LOST = 5
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGUSR2/SIGTERM after a checkpoint; requeue and resume
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`ddpimg runs | head`)
 
 
 def for_error(err: BaseException) -> int:
@@ -39,3 +40,14 @@ def for_error(err: BaseException) -> int:
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else TRAINING_FAILED
     return TRAINING_FAILED
+
+
+def tell(err: DdpimgError) -> int:
+    """Print ``err`` the way its kind is told (``ddpimg: error: ...``; a start stopped by
+    a preemption signal is no error: one line, from rank 0) and return its exit status."""
+    status = for_error(err)
+    if isinstance(err, StartStopped):
+        err.announce(status)
+    else:
+        report(err)
+    return status

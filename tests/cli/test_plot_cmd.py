@@ -30,11 +30,22 @@ def test_directory_without_metrics_is_a_usage_error(
     assert not (tmp_path / "x.png").exists()
 
 
-def test_output_is_required(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["plot", "run"])
-    assert exit_info.value.code == 2
-    assert "the following arguments are required: -o/--output" in capsys.readouterr().err
+def test_one_run_is_drawn_into_its_directory_and_several_need_an_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without -o, one run's plot is its own plot.png, redrawn each time (ddpimg fetch draws
+    it there too); for several runs there is no such place, and -o is asked for."""
+    one = write_run(tmp_path / "n1", world_size=1)
+    (one / "plot.png").write_bytes(b"an earlier drawing")
+    assert main(["plot", str(one)]) == 0
+    assert capsys.readouterr().out == f"wrote {one / 'plot.png'}\n"
+    assert (one / "plot.png").read_bytes()[:8] == PNG_SIGNATURE
+    two = write_run(tmp_path / "n2", world_size=2)
+    assert main(["plot", str(one), str(two)]) == 2
+    assert capsys.readouterr().err == (
+        "ddpimg: error: 2 runs and no -o: say where their plot goes\n"
+        "  hint: add -o FILE.png (or .svg); a single run is drawn into RUN/plot.png\n"
+    )
 
 
 def test_a_run_is_named_by_its_name_or_latest(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,30 @@ def test_names_that_could_drive_a_terminal_are_escaped(
     assert "\x1b" not in out
     assert "x\\x1b[2Jy" in out
     assert "2026\\x1b]0;owned\\x07" in out
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_reader_that_went_away_ends_it_quietly(root: Path, flags: list[str]) -> None:
+    """``ddpimg runs | head -1``: as any Unix filter, 128 + SIGPIPE and nothing on stderr (it
+    used to report a crash with a traceback file)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ddpimg", "runs", *flags],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_reader_still_there_gets_every_line(root: Path) -> None:
+    """The same command into a pipe that is read: every row, exit 0 (what tells the two
+    apart is the pipe, not the error)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpimg", "runs", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0
+    assert len(done.stdout.splitlines()) == 2

@@ -63,6 +63,8 @@ def test_defaults_are_the_tutorials() -> None:
         (["--data", "/data/mnist"], "data", "/data/mnist"),
         (["--train-samples", "100"], "train_samples", 100),
         (["--eval-samples", "10"], "eval_samples", 10),
+        (["--eval-samples", "all"], "eval_samples", "all"),
+        ([], "eval_samples", None),
         (["--out", "runs/a"], "out", Path("runs/a")),
         (["--seed", "0"], "seed", 0),
         (["--deterministic"], "deterministic", True),
@@ -150,6 +152,7 @@ def test_invalid_value_names_flag_and_value(argv: list[str], message: str) -> No
         ["--strategy", "horovod"],
         ["--precision", "fp8"],
         ["--compile", "--compile-backend", "cudagraphs"],
+        ["--eval-samples", "most"],
     ],
 )
 def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,6 +160,31 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
         parse(*argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_eval_samples_takes_a_number_or_all(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--eval-samples", "1e3")
+    assert "--eval-samples: expected a whole number or all, got '1e3'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("eval_samples", "available", "short", "count"),
+    [
+        (None, 10_000, True, 1024),  # a smoke run: at most 1,024
+        (None, 500, True, 500),  # a set smaller than that: all of it
+        (None, 10_000, False, 10_000),  # a run that ends an epoch: the whole set
+        ("all", 10_000, True, 10_000),  # --eval-samples all: the whole set, short or not
+        (64, 64, True, 64),  # --eval-samples N: the trainer loaded the first N, all taken
+        (2000, 2000, True, 2000),
+    ],
+)
+def test_a_short_run_evaluates_at_most_1024_samples_by_default(
+    eval_samples: int | str | None, available: int, short: bool, count: int
+) -> None:
+    config = TrainConfig(eval_samples=eval_samples)
+    assert config.eval_count(available, short=short) == count
+    assert config.first_eval_samples == (eval_samples if isinstance(eval_samples, int) else None)
 
 
 @pytest.mark.parametrize(
@@ -169,6 +197,8 @@ def test_parser_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> 
         ({"batch_size": 8, "global_batch_size": 16}, r"got --batch-size 8 and --global-batch"),
         ({"precision": "fp8"}, r"--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"),
         ({"zero_stage": 2}, r"--zero-stage 2 applies to --strategy deepspeed only"),
+        ({"eval_samples": "most"}, r"--eval-samples must be one of all, got 'most'"),
+        ({"eval_samples": 0}, r"--eval-samples must be at least 1, got 0\n  hint: all takes"),
         (
             {"compile": True, "compile_backend": "tvm"},
             r"--compile-backend must be one of inductor, aot_eager, eager, got 'tvm'",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpimg.train.outputs import BUILD_INFO_DEFAULT, read_build_info
+from ddpimg.buildinfo import BUILD_INFO_DEFAULT, read_build_info
 from tests.containers.recipes import CONTAINERS, DOCKERFILE, load_script
 
 SCRIPT = CONTAINERS / "scripts" / "build_info.py"

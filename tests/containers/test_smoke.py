@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.addon.packages import EXTENSION, NEEDS_TORCH, PINS_TORCH, PURE, SDIST, make_index
 from tests.integration.runs import QUICK_TRAIN, read_metrics, run, train_losses
 
 pytestmark = pytest.mark.docker
@@ -294,3 +296,179 @@ def test_a_fresh_container_compiles_nothing(image: str, build_info: dict[str, An
     assert op.startswith("op: /opt/ddpimg/venv/lib/"), proc.stdout
     assert lines[-1] == "written: ", proc.stdout
     assert "torch_extensions" not in proc.stdout
+
+
+# ---- add-ons (docs/addons.md) ---------------------------------------------------------------
+# Built in the image from a local index of packages made here (tests/addon/packages.py): one
+# build from the host through the engine (--image, the documented way), then, inside one
+# container, the lock built again, the refusals, and torch's files hashed before and after.
+ADDON_REQUIREMENTS = f"{NEEDS_TORCH}\n{SDIST}\n"
+IN_THE_IMAGE = """
+set -u
+torch_files() {
+    cd /opt/ddpimg/venv/lib/python3.11/site-packages/torch &&
+        find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum
+}
+before=$(torch_files)
+build() { ddpimg addon build --find-links /w/index --no-index "$@" 2>>/w/refusals.log; }
+build --lock /w/probe.lock -o /w/again/probe.addon.sqsh >/dev/null; echo "lock $?"
+sha256sum /w/again/probe.addon.sqsh
+for case in pins direct ext; do
+    build -r "/w/$case.txt" -o "/w/$case/x.addon.sqsh"
+    echo "$case $?"
+done
+[ "$before" = "$(torch_files)" ] && echo "torch unchanged"
+site=/opt/ddpimg/venv/lib/python3.11/site-packages
+pip list --path "$site" 2>/dev/null | grep -ci addon-probe || true
+"""
+PROBE_SCRIPT = """
+import sys
+import torch.distributed as dist
+import addon_probe_sdist
+import addon_probe_torch
+import ddpimg
+
+dist.init_process_group("gloo")
+total = addon_probe_torch.ones() * (dist.get_rank() + 1)
+dist.all_reduce(total)
+ddpimg.log(1, loss=float(total.sum()))
+if dist.get_rank() == 0:
+    print("from", addon_probe_torch.__file__, addon_probe_sdist.WORD)
+    print("order", [p for p in sys.path if p.endswith("site-packages")])
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def addon_work(image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The index, requirements and one add-on built from the host in ``image``
+    (``ddpimg addon build --image``), in a directory the image's user can write to."""
+    work = tmp_path_factory.mktemp("addon")
+    work.chmod(0o777)
+    torch_version = docker_run(image, ["python3", "-c", "import torch; print(torch.__version__)"],
+                               timeout=120).stdout.strip()  # fmt: skip
+    make_index(work / "index", torch_version, extension=True)
+    requirements = {
+        "probe": ADDON_REQUIREMENTS,
+        "pins": f"{PINS_TORCH}\n",
+        "direct": f"{PURE}\ntorch==2.5.1\n",
+        "ext": f"{EXTENSION}\n",
+    }
+    for name, text in requirements.items():
+        (work / f"{name}.txt").write_text(text)
+    for sub in ("again", "pins", "direct", "ext"):
+        (work / sub).mkdir(mode=0o777)
+        (work / sub).chmod(0o777)
+    build = run(
+        [sys.executable, "-m", "ddpimg", "addon", "build", "-r", str(work / "probe.txt"),
+         "--image", image, "--engine", "docker", "--find-links", str(work / "index"),
+         "--no-index", "-o", str(work / "probe.addon.sqsh")],
+        docker_env(), timeout=600,
+    )  # fmt: skip
+    summary = dict(line.split(None, 1) for line in build.stdout.splitlines() if line.strip())
+    return {"work": work, "sha256": summary["sha256"].strip(), "torch": torch_version}
+
+
+def test_an_addon_builds_in_the_image_the_same_twice_and_never_touches_it(
+    image: str, addon_work: dict[str, Any]
+) -> None:
+    work = addon_work["work"]
+    assert (work / "probe.lock").read_text().count("--hash=sha256:") == 3
+    proc = docker_run(image, ["sh", "-c", IN_THE_IMAGE], options=["--volume", f"{work}:/w"],
+                      timeout=600)  # fmt: skip
+    lines = proc.stdout.splitlines()
+    refusals = (work / "refusals.log").read_text()
+    assert lines[0] == "lock 0", refusals
+    assert lines[1].split()[0] == addon_work["sha256"]  # the same lock, the same bytes
+    assert lines[2:5] == ["pins 2", "direct 2", "ext 2"], refusals
+    assert lines[5:] == ["torch unchanged", "0"], proc.stdout
+    torch_version = addon_work["torch"]
+    assert (
+        f"addon-probe-pins 1.0 requires torch==2.5.1, but the image has torch {torch_version}"
+        in refusals
+    )
+    assert f"torch==2.5.1 would replace the image's torch {torch_version}" in refusals
+    assert (
+        "addon-probe-ext 1.0 is a source distribution with compiled code (probe.cpp), and this "
+        "image has no C/C++ compiler"
+    ) in refusals
+    assert not list((work / "pins").iterdir())
+
+
+def test_two_ranks_import_an_addon_after_the_images_packages(
+    image: str, addon_work: dict[str, Any], out_dir: Path
+) -> None:
+    """`ddpimg addon image` (the laptop's way): a two-rank `train --script` imports the
+    add-on's packages, the image's own come first, and the manifest records the add-on."""
+    work = addon_work["work"]
+    (work / "probe_train.py").write_text(PROBE_SCRIPT)
+    tag = run([sys.executable, "-m", "ddpimg", "addon", "image", str(work / "probe.addon.sqsh"),
+               "--base", image, "--tag", f"{image}-addon-test"],
+              docker_env(), timeout=600).stdout.strip()  # fmt: skip
+    try:
+        proc = docker_run(
+            tag,
+            ["train", "--nproc-per-node", "2", "--site", "local", "--out", f"{OUT}/addon",
+             "--script", "/w/probe_train.py"],
+            options=[*READ_ONLY, *mounted(out_dir), "--volume", f"{work}:/w:ro"],
+        )  # fmt: skip
+    finally:
+        run(["docker", "rmi", tag], docker_env(), timeout=120, check=False)
+    assert "from /opt/ddpimg/addons/probe/site-packages/addon_probe_torch.py built" in proc.stdout
+    order = [
+        "/opt/ddpimg/venv/lib/python3.11/site-packages",
+        "/opt/ddpimg/addons/probe/site-packages",
+    ]
+    assert f"order {order}" in proc.stdout
+    manifest = json.loads((out_dir / "addon" / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    (addon,) = manifest["addons"]
+    assert addon["name"] == "probe"
+    assert addon["sha256"] == addon_work["sha256"]
+    assert addon["packages"] == {"addon-probe-pure": "1.0", "addon-probe-sdist": "1.0",
+                                 "addon-probe-torch": "1.0"}  # fmt: skip
+    assert read_metrics(out_dir / "addon")[0]["loss"] == 6.0  # (1 + 2) * ones(2), summed
+
+
+def test_an_addon_made_for_another_package_set_stops_every_rank_before_the_rendezvous(
+    image: str, addon_work: dict[str, Any], tmp_path: Path
+) -> None:
+    """The probe add-on as if built in another image: both ranks of a Slurm step exit 2 at
+    once, each with one line naming both package sets."""
+    unpacked = tmp_path / "other"
+    run(["unsquashfs", "-no-progress", "-dest", str(unpacked),
+         str(addon_work["work"] / "probe.addon.sqsh")], docker_env(), timeout=120)  # fmt: skip
+    info = json.loads((unpacked / "addon.json").read_text())
+    info["package_set"] = "f" * 64
+    (unpacked / "addon.json").write_text(json.dumps(info))
+    (unpacked / "package-set").write_text("f" * 64 + "\n")
+    options = ["--network=host", "--volume", f"{unpacked}:/opt/ddpimg/addons/probe:ro"]
+    job_id = str(43000 + os.getpid() % 10000)
+    ranks = [
+        subprocess.Popen(
+            [
+                "docker",
+                "run",
+                "--rm",
+                *options,
+                *(f"--env={k}={v}" for k, v in slurm_step(rank, job_id).items()),
+                image,
+                "train",
+                "--site",
+                "local",
+                "--script",
+                "/nowhere.py",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    for proc in ranks:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, err
+        (line,) = err.splitlines()
+        assert line.startswith("ddpimg: error: add-on probe (/opt/ddpimg/addons/probe) was made "
+                               "for package set ffffffffffff ")  # fmt: skip
+        assert "but this image's is " in line

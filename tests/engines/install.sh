@@ -15,6 +15,7 @@ PACKAGES=(
     iproute2 procps                       # ip for the multinode namespaces; ps, kill
     nftables util-linux                   # multinode: eth0 packet filter; nsenter, unshare, setpriv
     g++                                   # DeepSpeed compiles its CPU ops on first use
+    squashfs-tools                        # add-ons packed and unpacked here (tests/addon, jobs)
     docker.io                             # dockerd for tests marked docker (containers/engine.sh starts it)
     squashfs-tools                        # sqfstar: nox -s sqsh, the squashfs export test (tests/containers)
     podman runc fuse-overlayfs            # podman for tests marked podman (with podman-hpc from PyPI)

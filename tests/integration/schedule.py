@@ -43,13 +43,13 @@ LONGEST_FIRST = (
     "test_image_data.py",  # ~220 s
     "test_trainers.py",  # ~220 s
     "test_lightning.py",  # ~180 s: three launchers in one directory (~95 s), a requeued job
+    "test_chaos.py",  # ~165 s: the random faults (~105 s) and five cells of the fault matrix
     "test_any_shape.py",  # ~150 s: three gloo phases of 11 cells and the exact DeepSpeed states
     "test_transformers.py",  # ~150 s: with the DeepSpeed checkpoint resumed on 1 rank (~40 s)
     "test_launchers.py",  # ~140 s
-    "test_sbatch.py",  # ~130 s (a requeued job no longer waits up to 60 s for a scheduling pass)
+    "test_sbatch.py",  # ~165 s: a requeued job waits for no scheduling pass; a sweep's array ~35 s
     "test_token_shards.py",  # ~125 s
     "test_crafted_checkpoints.py",  # ~110 s
-    "test_chaos.py",  # ~105 s
     "test_tracker_sync.py",  # ~80 s
     "test_compile.py",  # ~80 s: two gloo groups, inductor's toy compile ~17 s of it
     "test_stalls.py",  # ~80 s

@@ -24,8 +24,9 @@ Tolerance: the floor is measured in this test (phase 2: one intra-op thread agai
 largest difference at steps 1-2, never under one rounding step of the dtype trained in);
 the multiple, per trainer, is how far rounding grows over the steps compared (``python -m
 tests.noise``, AMD EPYC: the reordering variants and 2 ranks parted from one process by at
-most mnist 0.36x the floor (2026-11-29, each row's dropout mask its own; with the masks
-drawn for the whole batch, oneDNN at SSE4.1 had reached 285x), toy 0.72x, gpt 0.15x
+most mnist 0.29x the floor (2026-12-07, each unit's dropout draw hashed from its place; with
+a generator per row 0.36x, with the masks drawn for the whole batch oneDNN at SSE4.1 had
+reached 285x), toy 0.72x, gpt 0.15x
 (2026-11-25); resnet, from scratch, grows about 30x a step in float32, so its cells
 train in float64 (torch's default dtype, in every phase), where 1 and 2 threads gave
 bitwise the same 6 steps and its variants parted by up to 3.2e4x their floor by step 6;

@@ -15,6 +15,14 @@ The schedule (faults and steps) comes from a seed printed at the start
 ``--deterministic`` on the CPU, where a resumed run repeats the uninterrupted one bitwise
 (the noise floor measured between two uninterrupted runs here is 0), so the losses are
 compared exactly. About two minutes on two cores; deadlines are hang guards only.
+
+The fault matrix (``ddpimg.endings.matrix``, the table "Every ending" of
+docs/checkpoints-and-failures.md): chosen cells of it on the real launchers, each giving the
+status, the verdict line and the manifest the table says. The phase a fault lands in is the
+script's to choose (tests/integration/scripts/chaos_faults.py), and no race decides the
+ending (``ddpimg.endings.workers``), so one run a cell proves it; ``DDPIMG_CHAOS_REPEATS=N``
+runs each N times and requires one status and one line every time, and
+``DDPIMG_CHAOS_CELLS=all`` runs the cells beyond CI's too (torchrun, mpirun, more phases).
 """
 
 from __future__ import annotations
@@ -25,14 +33,17 @@ import random
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ddpimg.endings.matrix import LAUNCHERS
 from ddpimg.runtime.children import child_pids
 from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
+from tests.integration.chaos_cells import Cell, check, run_cell, verdict_line
 from tests.integration.runs import command, run, train_losses
 
 STEPS = 16
@@ -231,3 +242,115 @@ def test_random_faults_lose_nothing(disk: Path, tmp_path: Path, run_env: dict[st
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["status"], manifest["exit_status"]) == ("completed", 0), f"seed {seed}"
     assert train_losses(out) == train_losses(reference), f"seed {seed}"
+
+
+# CI's cells: each mechanism once (the launcher's verdict on a killed rank and its record, a
+# crash under srun named by the survivor, a preemption in the middle of a checkpoint write,
+# a signal at the rendezvous, rank 0's own error alone under srun). Wider, by hand:
+# DDPIMG_CHAOS_CELLS=all.
+LOCAL, TORCHRUN, SRUN, MPIRUN = LAUNCHERS
+CI_CELLS = (
+    Cell(LOCAL, "SIGKILL", "step"),
+    Cell(LOCAL, "SIGUSR2", "checkpoint"),
+    Cell(LOCAL, "SIGTERM", "rendezvous"),
+    Cell(SRUN, "SIGSEGV", "checkpoint"),
+    Cell(SRUN, "raise", "step"),
+)
+MORE_CELLS = (
+    Cell(LOCAL, "SIGSEGV", "checkpoint"),
+    Cell(LOCAL, "SIGKILL", "final"),
+    Cell(LOCAL, "SIGTERM", "step"),
+    Cell(LOCAL, "SIGTERM", "final"),
+    Cell(LOCAL, "SIGUSR2", "rendezvous"),
+    Cell(LOCAL, "raise", "checkpoint"),
+    Cell(TORCHRUN, "SIGKILL", "checkpoint"),
+    Cell(TORCHRUN, "SIGSEGV", "step"),
+    Cell(TORCHRUN, "raise", "step"),
+    Cell(TORCHRUN, "SIGTERM", "step"),
+    Cell(SRUN, "SIGKILL", "step"),
+    Cell(SRUN, "SIGKILL", "final"),
+    Cell(SRUN, "SIGTERM", "step"),
+    Cell(SRUN, "SIGUSR2", "checkpoint"),
+    Cell(SRUN, "SIGUSR2", "final"),
+    Cell(SRUN, "SIGTERM", "rendezvous"),
+    Cell(SRUN, "raise", "checkpoint"),
+    Cell(MPIRUN, "SIGUSR2", "step"),
+    Cell(MPIRUN, "raise", "step"),
+    Cell(MPIRUN, "SIGKILL", "step"),
+)
+REPEATS = int(os.environ.get("DDPIMG_CHAOS_REPEATS", "1"))
+ENGINE = {LOCAL: pytest.mark.torchrun, TORCHRUN: pytest.mark.torchrun,
+          SRUN: pytest.mark.slurm, MPIRUN: pytest.mark.mpi}  # fmt: skip
+
+
+def _cells() -> list[object]:
+    every = os.environ.get("DDPIMG_CHAOS_CELLS") == "all"
+    chosen = CI_CELLS + (MORE_CELLS if every else ())
+    return [pytest.param(cell, id=cell.id, marks=ENGINE[cell.launcher]) for cell in chosen]
+
+
+@pytest.mark.parametrize("cell", _cells())
+def test_a_fault_ends_as_the_matrix_says_every_time(
+    cell: Cell, tmp_path: Path, run_env: dict[str, str], request: pytest.FixtureRequest
+) -> None:
+    env = request.getfixturevalue("slurm_env") if cell.launcher == SRUN else run_env
+    seen: set[tuple[int, str]] = set()
+    for attempt in range(REPEATS):
+        outcome = run_cell(cell, Path(tempfile.mkdtemp(dir=tmp_path)), env)
+        check(cell, outcome)
+        seen.add((outcome.status, outcome.line))
+        assert len(seen) == 1, f"{cell.id}, run {attempt}: {sorted(seen)}"
+
+
+MNIST = [
+    "mnist", "--data", "synthetic", "--epochs", "1", "--log-every", "1",
+    "--global-batch-size", "64", "--train-samples", "60000", "--eval-samples", "256",
+    "--max-steps", "2000", "--timeout", "10", "--nproc-per-node", "2",
+]  # fmt: skip
+
+
+@pytest.mark.torchrun
+def test_a_trainer_worker_killed_from_outside_is_named_with_its_signal(
+    tmp_path: Path, run_env: dict[str, str]
+) -> None:
+    """Issue 54: ``train mnist`` on two local workers, the second killed with kill -9 once
+    training runs, exited 1 in 2 of 3 runs with torch's agent's line last, 5 in 1."""
+    out = tmp_path / "out"
+    seen: set[tuple[int, str]] = set()
+    for attempt in range(REPEATS):
+        began = time.time()
+        proc = subprocess.Popen(
+            [command("train"), *MNIST, "--out", str(out), "--resume", "none"], env=run_env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + RUN_GUARD_S
+            while not reached(out, 3, began):
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "hang guard: 3 steps not reached"
+                time.sleep(0.05)
+            victim = next(pid for pid in child_pids(proc.pid) if _rank_of(pid) == "1")
+            os.kill(victim, signal.SIGKILL)
+            _, stderr = proc.communicate(timeout=RUN_GUARD_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        line = verdict_line(stderr)
+        said = f"run {attempt}: exit {proc.returncode}\n{stderr[-3000:]}"
+        assert proc.returncode == 5, said
+        assert line.startswith("ddpimg: error: rank N (host H, pid P) was killed by SIG: "), said
+        assert f"pid {victim}) was killed by SIGKILL: " in stderr, said
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert (manifest["status"], manifest["exit_status"]) == ("failed", 5), said
+        assert manifest["killed"] == {"rank": 1, "host": manifest["killed"]["host"],
+                                      "pid": victim, "signal": "SIGKILL"}  # fmt: skip
+        seen.add((proc.returncode, line))
+    assert len(seen) == 1, sorted(seen)
+
+
+def _rank_of(pid: int) -> str | None:
+    """The RANK a worker process was started with (torch's agent sets it)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    found = next((item for item in environ if item.startswith(b"RANK=")), None)
+    return None if found is None else found[5:].decode()

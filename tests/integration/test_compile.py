@@ -20,7 +20,7 @@ Claims:
   that time out;
 - each strategy's compiled run has the eager run's losses within mnist's floor (the eager
   run on one rank against two: another world size, phase 1 against phase 2) times
-  QUICK_TOLERANCE's multiple: dynamo graph-breaks around the per-row dropout masks, which
+  QUICK_TOLERANCE's multiple: dynamo graph-breaks around the dropout layers, whose masks
   stay eager and the same;
 - checkpoints are interchangeable: each resumed run continues with the eager run's losses,
   within the same tolerance (the state dicts hold no ``_orig_mod.`` prefixes: the modules

@@ -55,11 +55,20 @@ def test_killing_one_rank_makes_the_other_exit_nonzero(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode != 0
+    # srun's own status for a task killed by SIGKILL, and its line; the survivor names rank 1.
+    assert proc.returncode == 137, stderr[-3000:]
+    assert "task 1: Killed" in stderr
     assert elapsed < timeout_s, f"surviving rank took {elapsed:.0f} s to exit"
     summary_written = '"summary"' in (out / "metrics.jsonl").read_text()
     assert not summary_written, "rank 0 must not report a completed run"
-    assert stderr  # the surviving rank says what happened
+    assert (
+        f"rank 1 (host {socket.gethostname().split('.')[0]}, pid {victim}) stopped reporting"
+        in (stderr)
+    ), stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["status"], manifest["exit_status"], manifest["rank_lost"]["ranks"]) == (
+        "failed", 5, [1],
+    )  # fmt: skip
 
 
 @pytest.mark.torchrun
@@ -94,9 +103,10 @@ def test_rank_that_never_joins_is_named_by_rank_0(tmp_path: Path, run_env: dict[
 # A script's own bug on every rank at start (as Karpathy's nanoGPT train.py meets a machine
 # without CUDA): its error, not a lost peer, decides the exit status.
 RAISING_SCRIPT = 'raise RuntimeError("Found no NVIDIA driver on your system")\n'
-# Repeats: the ranks race to fail and to judge each other's failure; before the fix 5 of 8
-# such runs exited 5 ("a rank was lost"), two of them disagreeing with manifest.json.
-RAISING_REPEATS = 3
+# The ranks race to fail and to judge each other's failure (before the fix 5 of 8 such runs
+# exited 5, "a rank was lost", two of them disagreeing with manifest.json); what decides the
+# status is no race since (ddpimg.endings.workers): one run, DDPIMG_CHAOS_REPEATS=N for more.
+RAISING_REPEATS = int(os.environ.get("DDPIMG_CHAOS_REPEATS", "1"))
 
 
 @pytest.mark.parametrize(

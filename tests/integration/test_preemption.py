@@ -41,11 +41,13 @@ STEPS = 12
 SIGNAL_AFTER = 6
 WAIT_S = 240
 STRATEGIES = {"ddp": [], "deepspeed": ["--strategy", "deepspeed", "--zero-stage", "1"]}
-# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-11-25): the
-# floor is one float32 step, 1.2e-7 (the reordering variants parted by less at steps 1-2);
-# over the 12 steps they and 2 ranks parted by at most 1.0e-7 (0.87x). 10x the floor, over
-# the 12 steps and the 3 evaluations between them (each an average over the same model).
-ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=STEPS + 3)
+# TRAIN on 1 process against 2 (python -m tests.noise -- TRAIN, AMD EPYC, 2026-12-07, the
+# dropout masks hashed per unit): the floor is one float32 step, 1.2e-7 (the reordering
+# variants parted by less at steps 1-2); over the 12 steps 2 ranks parted from one process by
+# at most 3.9e-8 (0.33x) natively and 2.4e-7 (2.0x, MKL's compatible path) on the other
+# kernels, against one process on the same kernels. 10x that: 20x the floor, over the 12
+# steps and the 3 evaluations between them (each an average over the same model).
+ONE_VS_TWO = Tolerance(floor=FLOAT32_STEP, multiple=20, steps=STEPS + 3)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 Popen = subprocess.Popen[str]
@@ -208,15 +210,13 @@ def test_plot_of_one_and_two_process_runs(
     run([command("ddpimg"), "plot", str(one), str(two), "-o", str(image)], run_env, timeout=120)
     assert image.read_bytes()[:8] == PNG_SIGNATURE
     figure = plot_runs([read_run(one), read_run(two)], tmp_path / "again.png")
-    loss, accuracy, rate, _ = figure.axes
-    assert [line.get_label() for line in loss.get_lines()] == [
-        "1 process train",
-        "1 process eval",
-        "2 processes train",
-        "2 processes eval",
-    ]
+    # Loss, learning rate, throughput, time per step, accuracy (3 evaluations), scaling.
+    assert len(figure.axes) == 7
+    loss, rate = figure.axes[0], figure.axes[5]
+    # The runs differ in their world size only (their --out is not a difference).
+    legend = [text.get_text() for text in loss.get_legend().get_texts()]
+    assert legend == ["1 process", "2 processes"]
     assert [len(numpy.asarray(line.get_xdata())) for line in loss.get_lines()] == [12, 3, 12, 3]
-    assert [line.get_label() for line in accuracy.get_lines()] == ["1 process", "2 processes"]
     assert [numpy.asarray(line.get_xdata()).tolist() for line in rate.get_lines()] == [[1, 2]] * 2
 
 

@@ -205,3 +205,75 @@ def test_a_script_failing_on_every_rank_is_not_requeued(
     assert "a rank was lost" not in text, text
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["status"], manifest["exit_status"]) == ("failed", 1)
+
+
+# A sweep of 3 points as one array, at most 2 tasks at once; the point of 150 steps is
+# preempted once 3 are logged (long enough that the signal comes while it trains), the two
+# short ones run to their end beside it.
+SWEEP_TRAIN = [
+    "train", "--data", "synthetic", "--epochs", "1", "--log-every", "1",
+    "--global-batch-size", "32", "--train-samples", "4800", "--eval-samples", "64",
+    "--seed", "11", "--preempt-check-every", "1",
+]  # fmt: skip
+SWEEP = ["--gpus-per-node", "1", "--sweep", "max-steps=150,4,5", "--max-parallel", "2"]
+
+
+def array_tasks(job_id: str, env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """`scontrol show job` of an array job: each task's fields by its ArrayTaskId (the
+    pending tasks share one record, `1-2%2`)."""
+    proc = run(["scontrol", "show", "job", "-o", job_id], env, timeout=30)
+    lines = [
+        dict(w.split("=", 1) for w in line.split() if "=" in w) for line in proc.stdout.splitlines()
+    ]
+    return {fields["ArrayTaskId"]: fields for fields in lines if "ArrayTaskId" in fields}
+
+
+def test_a_sweep_is_one_array_whose_preempted_task_goes_on_alone(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    job_id = submit([*SWEEP, "--", *SWEEP_TRAIN], slurm_env, tmp_path)
+    wait_until(
+        "the sweep's directory appears", lambda: any((tmp_path / "runs").glob("*/sweep.json"))
+    )
+    (sweep,) = (path.parent for path in (tmp_path / "runs").glob("*/sweep.json"))
+    long = sweep / "max-steps=150"
+    wait_for_steps(long, 3)
+    run(["scancel", "--signal=USR2", "--batch", f"{job_id}_0"], slurm_env, timeout=30)
+    release_requeued(f"{job_id}_0", slurm_env, restarts=1)
+    tasks: dict[str, dict[str, str]] = {}
+
+    def ended() -> bool:
+        tasks.update(array_tasks(job_id, slurm_env))
+        return sorted(tasks) == ["0", "1", "2"] and all(
+            task["JobState"] in DONE for task in tasks.values()
+        )
+
+    wait_until(f"array {job_id} ends", ended)
+    logs = {index: (tmp_path / f"ddpimg-{job_id}_{index}.out").read_text() for index in "012"}
+    assert [(tasks[i]["JobState"], tasks[i]["Restarts"]) for i in "012"] == [
+        ("COMPLETED", "1"), ("COMPLETED", "0"), ("COMPLETED", "0")
+    ], logs  # fmt: skip
+    assert f"ddpimg: requeueing job {job_id}_0 (restart 1 of 3)" in logs["0"]
+    assert not [index for index in "12" if "requeueing" in logs[index]]
+    points = {"max-steps=150": 150, "max-steps=4": 4, "max-steps=5": 5}
+    assert sorted(path.name for path in sweep.iterdir() if path.is_dir()) == sorted(points)
+    for name, steps in points.items():
+        manifest = json.loads((sweep / name / "manifest.json").read_text())
+        assert manifest["status"] == "completed", name
+        assert manifest["arguments"]["max_steps"] == steps
+        assert (manifest["resumed_from"] is not None) == (name == long.name), name
+        assert summary(sweep / name)["steps"] == steps
+    # The same sweep again: every point completed there, nothing is submitted.
+    again = run([command("ddpimg"), *SBATCH, *SWEEP, "--", *SWEEP_TRAIN], slurm_env,
+                cwd=tmp_path, timeout=60, check=False)  # fmt: skip
+    assert again.returncode == 2, again.stderr
+    assert f"every point of sweep {sweep.name} completed in runs/{sweep.name}" in again.stderr
+    laptop = slurm_env | {"XDG_STATE_HOME": str(tmp_path / "state")}  # nothing submitted
+    listed = run([command("ddpimg"), "runs", "--json"], laptop, cwd=tmp_path).stdout
+    (row,) = [json.loads(line) for line in listed.splitlines()]
+    assert (row["name"], row["kind"], row["completed"], row["failed"]) == (
+        sweep.name,
+        "sweep",
+        3,
+        0,
+    )

@@ -75,7 +75,32 @@ RANGE_EXAMPLES: dict[str, list[str]] = {
     "node-range": ["--site", "della", "--nodes", "2-4", "--time", "12:00:00", "--",
                    "train", "mnist", "--epochs", "5", "--global-batch-size", "384"],
 }  # fmt: skip
-EXAMPLES = [*SHIPPED, *RUNTIME_EXAMPLES, *DATA_EXAMPLES, *RANGE_EXAMPLES]
+# Add-ons (ddpimg.jobs.addons): mounted as a squashfs image where the runtime can (apptainer),
+# unpacked on every node and bound where it cannot (pyxis).
+ADDON_COMMAND = ["--", "train", "--script", "train.py", "--lr", "0.1"]
+ADDON_EXAMPLES: dict[str, list[str]] = {
+    "addon": ["--site", "roihu", "--addon", "/projappl/project_2001234/timm.addon.sqsh"],
+    "addon-pyxis": ["--site", "generic", "--gpus-per-node", "4", "--cpus-per-task", "8",
+                    "--runtime", "pyxis", "--addon", "timm.addon.sqsh"],
+}  # fmt: skip
+# A sweep (ddpimg.jobs.array): one array task a point, at most 2 at once, each point in its
+# own run directory; a script's values go into its {NAME} placeholders.
+SWEEP_EXAMPLES: dict[str, list[str]] = {
+    "sweep": ["--site", "della", "--nodes", "1", "--time", "4:00:00", "--sweep", "lr=0.1,0.05",
+              "--sweep", "seed=1,2", "--max-parallel", "2", "--",
+              "train", "mnist", "--epochs", "5", "--global-batch-size", "256"],
+    "sweep-script": ["--site", "roihu", "--nodes", "1", "--time", "1:00:00", "--sweep",
+                     "lr=log:1e-4:1e-2", "--trials", "3", "--sweep-seed", "0", "--",
+                     "train", "--script", "train.py", "--lr", "{lr}"],
+}  # fmt: skip
+EXAMPLES = [
+    *SHIPPED,
+    *RUNTIME_EXAMPLES,
+    *DATA_EXAMPLES,
+    *RANGE_EXAMPLES,
+    *ADDON_EXAMPLES,
+    *SWEEP_EXAMPLES,
+]
 
 
 # Shown in the docs; test_golden.py checks that it loads and renders.
@@ -102,6 +127,10 @@ def example_args(example: str) -> list[str]:
         return [*DATA_EXAMPLES[example], *COMMON, *DATA_COMMAND]
     if example in RANGE_EXAMPLES:
         return RANGE_EXAMPLES[example]
+    if example in ADDON_EXAMPLES:
+        return [*ADDON_EXAMPLES[example], *COMMON, *ADDON_COMMAND]
+    if example in SWEEP_EXAMPLES:
+        return SWEEP_EXAMPLES[example]
     return ["--site", example, *COMMON, *EXTRA.get(example, []), *COMMAND]
 
 
@@ -133,7 +162,9 @@ def examples_doc() -> str:
         "",
         "Scripts by site, then for the runtimes no shipped site uses, then the two ways to "
         "bring a dataset to the nodes (a squashfs image, or staging to node-local disk), then "
-        "a node range (a job requeued after it lost a node goes on with the nodes left):",
+        "a node range (a job requeued after it lost a node goes on with the nodes left), then "
+        "an add-on of your own packages (mounted by Apptainer; unpacked on each node for "
+        "pyxis), then sweeps (one array task a point):",
         "",
     ]
     parts += [f"- [{example}](#{example})" for example in EXAMPLES]

@@ -31,7 +31,7 @@ def script(*args: str, command: tuple[str, ...] = ("train", "resnet")) -> str:
         ("singularity", '--bind "${DDPIMG_DATA}" '),
         ("docker", '--volume "${DDPIMG_DATA}:${DDPIMG_DATA}"'),
         ("podman-hpc", '--volume "${DDPIMG_DATA}:${DDPIMG_DATA}"'),
-        ("pyxis", ',"${DDPIMG_DATA}:${DDPIMG_DATA}"'),
+        ("pyxis", ',${DDPIMG_DATA}:${DDPIMG_DATA}"'),
         ("edf", 'mounts = ["${PWD}", "${DDPIMG_DATA}"]'),
         ("none", ""),
     ],

@@ -48,7 +48,7 @@ def test_pyxis_is_srun_options_and_the_command_runs_inside() -> None:
     assert found.prefix == ()
     assert found.srun_options == (
         "--container-image=./ddpimg+gpu.sqsh",
-        '--container-mounts="${PWD}:${PWD}",/data:/data',
+        '--container-mounts="${PWD}:${PWD},/data:/data"',
         '--container-workdir="${PWD}"',
     )
 

@@ -1,7 +1,9 @@
 """A stock Python image that is not ddpimg's, for tests/multinode/test_site_image.py: Debian
 12 (debootstrap, no registry) with CPU torch installed into its Python, imported into
 podman-hpc's store; then ddpimg installed into it the documented way (docs/containers.md:
-"ddpimg in a site's own image"): a venv made with --system-site-packages over the image's Python.
+"ddpimg in a site's own image"): a venv made with --system-site-packages over the image's Python,
+with the add-on start-up hook (``ddpimg addon install-hook``). The image has squashfs-tools, so
+that add-ons are built in it (tests/multinode/test_site_image.py).
 
 torch is the CPU build the machine's pip finds (its configured indexes and wheel
 directories), installed from outside into the image's own site-packages directory: Debian's
@@ -39,7 +41,8 @@ def build_stock_image(work: Path, store: Path) -> dict[str, str]:
     environment."""
     rootfs = work / "rootfs"
     mirror = _run(["bash", str(REPO / "containers" / "debian-mirror.sh")], 60).strip()
-    _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv",
+    # squashfs-tools: ddpimg addon build packs add-ons in the image it builds them for.
+    _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,squashfs-tools",
           "bookworm", str(rootfs), mirror], DEBOOTSTRAP_TIMEOUT_S)  # fmt: skip
     _run([sys.executable, "-m", "pip", "install", "--quiet", "--only-binary=:all:",
           "--target", str(rootfs / SITE_PACKAGES), TORCH, "numpy"], PIP_TIMEOUT_S)  # fmt: skip
@@ -63,7 +66,13 @@ def install_ddpimg(env: dict[str, str], venv: Path, dist: Path) -> None:
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
           "-w", str(dist), str(REPO)], PIP_TIMEOUT_S)  # fmt: skip
     wheel = next(dist.glob("ddpimg-*.whl"))
-    install = 'python3 -m venv --system-site-packages "$0" && "$0"/bin/pip install --no-index "$1"'
+    # For add-ons (docs/containers.md, docs/addons.md): the hook, so that the venv's Python
+    # sees mounted add-ons, and not the venv's own setuptools, older than the image's (torch
+    # requires a newer one), which it would hide.
+    install = (
+        'python3 -m venv --system-site-packages "$0" && "$0"/bin/pip install --no-index "$1" '
+        '&& "$0"/bin/ddpimg addon install-hook && "$0"/bin/pip uninstall --yes --quiet setuptools'
+    )
     _run(["podman-hpc", "run", "--rm", "--volume", f"{venv.parent}:{venv.parent}",
           "--volume", f"{dist}:{dist}", TAG, "sh", "-c", install, str(venv), str(wheel)],
          PODMAN_TIMEOUT_S, env=env)  # fmt: skip

@@ -95,3 +95,54 @@ def test_one_checkpoint_folder_at_most() -> None:
     assert accept("mlruns/0/meta.yaml")
     assert not accept("other/x")
     assert not accepted(run, checkpoints=False)[0]("checkpoints/step-00000008/a")
+
+
+@pytest.mark.parametrize(
+    ("output", "made"),
+    [
+        ("%u-%j.out", "{user}-7.out"),  # Slurm's %u: the user (the login's own)
+        ("logs/%N-%x-%j.out", "logs/node007-mnist-7.out"),  # %N: known only on the cluster
+        ("%x-%j-100%%.txt", "mnist-7-100%.txt"),
+    ],
+)
+def test_the_log_is_found_whatever_output_pattern_made_it(
+    tmp_path: Path, output: str, made: str
+) -> None:
+    """Issue 54: fetch took the log from the path submit expected, and missed one whose
+    --output pattern held %u or %N (or came through --sbatch-option)."""
+    import getpass
+    from dataclasses import replace
+
+    from ddpimg.remote.submit import log_for
+
+    login = LocalLogin(tmp_path / "login")
+    local = tmp_path / "runs" / "mnist-7"
+    run = remote_run(login, local)
+    make_run(replace(run, log=f"{run.workdir}/other-7.out"))
+    run = replace(run, log=log_for(run.workdir, "7", output, "mnist"))
+    log = Path(run.workdir) / made.format(user=getpass.getuser())
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("the job's log\n")
+    fetched = fetch_run(login, run, local, checkpoints=False, max_bytes=10**6)
+    assert log.name in fetched.unpacked.written
+    assert (local / log.name).read_text() == "the job's log\n"
+    assert fetched.unpacked.skipped == []
+
+
+def test_of_several_files_the_pattern_names_the_newest_comes(tmp_path: Path) -> None:
+    """A requeued job on another first node writes a second log (%N): the newest is the
+    one that says how the run ended."""
+    import os
+    from dataclasses import replace
+
+    login = LocalLogin(tmp_path / "login")
+    local = tmp_path / "runs" / "mnist-7"
+    run = replace(remote_run(login, tmp_path / "local"), log="/nowhere")
+    run = replace(run, log=f"{run.workdir}/%N-7.out")
+    make_run(replace(run, log=f"{run.workdir}/n1-7.out"))
+    newer = Path(run.workdir) / "n2-7.out"
+    newer.write_text("second start\n")
+    os.utime(Path(run.workdir) / "n1-7.out", (1_000_000, 1_000_000))
+    fetched = fetch_run(login, run, local, checkpoints=False, max_bytes=10**6)
+    assert "n2-7.out" in fetched.unpacked.written
+    assert "n1-7.out" not in fetched.unpacked.written

@@ -373,3 +373,25 @@ def test_an_evaluation_after_a_step_comes_after_its_line(login: LocalLogin) -> N
         "step 2/2  loss 0.5000  100 samples/s  0:00 left",
         "eval  epoch 1  loss 0.5000  accuracy 50.00%",
     ]
+
+
+def test_a_rank_srun_says_was_killed_is_named_last_in_ddpimgs_words(login: LocalLogin) -> None:
+    """srun's own "task 1: Killed" reaches ddpimg's verdict: the last lines name the rank,
+    its host, the signal and its usual cause (issue 54)."""
+    run = remote_run(login)
+    (Path(run.run_dir) / "manifest.json").write_text(
+        json.dumps({"status": "failed", "exit_status": 5, "error": "rank 0 gave up"})
+    )
+    Path(run.log).write_text(
+        "ddpimg: error: rank 0 (node1) gave up at step 7: rank 1 stopped reporting\n"
+        "srun: error: node2: task 1: Killed\nsrun: Force Terminated StepId=7.0\n"
+    )
+    login.job(job("FAILED", nodes="node[1-2]", code="0:9"))
+    ended, lines = follow(login, run, Life(login, []))
+    assert not ended.ok
+    assert lines[-2] == (
+        "ddpimg: mnist-7: rank 1 (host node2) was killed by SIGKILL: most often the "
+        "out-of-memory killer (the kernel's, or Slurm's for a step over its memory), else a "
+        "stall watch's sentinel (its line above), scancel or the time limit (srun says so)"
+    )
+    assert lines[-1].startswith("ddpimg: mnist-7: hint: `dmesg | grep -i -e oom")

@@ -113,3 +113,32 @@ def test_submit_quotes_the_command_for_the_login_nodes_sh() -> None:
     assert "cd ./'sub dir'" in program
     assert "'--job-name=a;b'" in program
     assert shlex.join(["train", "--script", "x.py", "$(id)"]) in program
+
+
+def test_tail_of_a_log_pattern_reads_the_newest_file_slurm_made(tmp_path: Path) -> None:
+    """``ddpimg follow``'s last log lines: Slurm's StdOut keeps %N as it is (22.05)."""
+    import os
+
+    (tmp_path / "n1-7.out").write_text("first start\n")
+    (tmp_path / "n2-7.out").write_text("second start\n")
+    os.utime(tmp_path / "n1-7.out", (1_000_000, 1_000_000))
+    assert run_sh(programs.tail_of(f"{tmp_path}/%N-7.out", 100), tmp_path) == "second start\n"
+    proc = subprocess.run(
+        ["sh", "-c", programs.command_line(programs.tail_of(f"{tmp_path}/%N-8.out", 100))],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == programs.MISSING
+
+
+@pytest.mark.parametrize(
+    ("pattern", "word"),
+    [
+        ("/w/ddpimg-7.out", "/w/ddpimg-7.out"),
+        ("/w/%u-%N-7.out", '/w/"$u"-*-7.out'),
+        ("/w/a b*%%.out", "'/w/a b*%.out'"),
+    ],
+)
+def test_log_words_glob_only_where_slurm_filled_in(pattern: str, word: str) -> None:
+    assert programs.log_words(pattern) == word

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from ddpimg.errors import DdpimgError
-from ddpimg.remote.ssh import SshTransport, check_host, connection_error, ssh_words
+from ddpimg.remote import ssh as ssh_module
+from ddpimg.remote.ssh import (
+    SshTransport,
+    check_host,
+    connection_error,
+    control_parent,
+    ssh_words,
+)
 from ddpimg.remote.transport import ConnectionLost
 
 # A stand-in for ssh: the master creates its control "socket" (a file holding its pid) and
@@ -153,3 +161,69 @@ def test_no_master_leaves_a_process_after_an_exception(fake_ssh: Path) -> None:
     assert (
         subprocess.run(["kill", "-0", str(pid)], capture_output=True, check=False).returncode != 0
     )
+
+
+@pytest.mark.parametrize(
+    "banner",
+    [
+        "WARNING: unauthorised access: permission denied to anyone without an account",
+        "Permission denied (publickey) is what you get without a key: see the wiki",
+    ],
+)
+def test_a_banner_that_says_permission_denied_is_no_refusal(banner: str) -> None:
+    """A pre-login banner comes on ssh's stderr too: a connection dropped after it stays a
+    loss worth trying again, not a refused login."""
+    error = connection_error("x", f"{banner}\nConnection to x closed by remote host.\n")
+    assert error.message.startswith("ssh x: the connection failed (ssh: ")
+    assert error.retryable
+
+
+def test_sshs_own_refusal_after_a_banner_is_a_refusal() -> None:
+    said = "Permission denied without an account\nme@x: Permission denied (publickey,password).\n"
+    error = connection_error("x", said)
+    assert error.message.startswith("ssh x: the login was refused")
+    assert not error.retryable
+
+
+@pytest.mark.parametrize(
+    ("platform", "tmpdir", "parent"),
+    [
+        # macOS: $TMPDIR is /var/folders/<2>/<30>/T/ (49 bytes): it fits 104 bytes.
+        ("darwin", "/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T/",
+         "/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T"),
+        ("darwin", "/Users/someone/Library/Caches/TemporaryItems/a-long-project-name", "/tmp"),
+        ("linux", "/tmp", "/tmp"),
+        ("linux", "/scratch/" + "x" * 53, "/scratch/" + "x" * 53),
+        ("linux", "/scratch/" + "x" * 54, "/tmp"),
+        ("freebsd14", "/home/" + "y" * 60, "/tmp"),
+    ],
+)  # fmt: skip
+def test_the_control_socket_fits_the_platforms_sun_path(
+    platform: str, tmpdir: str, parent: str
+) -> None:
+    chosen = control_parent(tmpdir, platform)
+    assert chosen == parent
+    limit = 108 if platform == "linux" else 104
+    # The master binds PATH.XXXXXXXXXXXXXXXX first (OpenSSH's mux.c); the NUL counts too.
+    socket = f"{chosen}/ddpimg-ssh-abcdefgh/control.{'r' * 16}"
+    assert len(socket.encode()) + 1 <= limit
+
+
+def test_no_short_enough_folder_is_a_named_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssh_module, "FALLBACK_PARENT", "/" + "f" * 80)
+    with pytest.raises(DdpimgError, match="would not fit a Unix socket's 104 bytes") as err:
+        control_parent("/" + "z" * 90, "darwin")
+    assert err.value.hint == "set TMPDIR to a short directory of your own (TMPDIR=/tmp ddpimg ...)"
+
+
+def test_a_real_master_socket_under_a_long_tmpdir(
+    fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a TMPDIR too long for a socket the master's folder goes under /tmp."""
+    long_dir = tmp_path / ("t" * 60)
+    long_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    with SshTransport("login", env_for(fake_ssh)) as transport:
+        socket = transport._socket
+        assert str(socket).startswith("/tmp/ddpimg-ssh-")
+        assert len(str(socket).encode()) + 17 + 1 <= 108

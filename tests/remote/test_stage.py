@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from ddpimg.errors import DdpimgError
 from ddpimg.remote import programs
 from ddpimg.remote.stage import stage_tree, write_stream
+from ddpimg.remote.submit import addon_words, with_addons
 from ddpimg.remote.transport import RemoteError
 from ddpimg.remote.tree import Limits, collect_tree
 from tests.remote.fakes import LocalLogin
@@ -105,3 +107,23 @@ def test_the_stream_holds_links_into_the_store_and_the_new_contents(tree_dir: Pa
     same = next(f for f in tree.files if f.path == "other.txt").object_name
     assert members["jobs/job/other.txt"].linkname == f"objects/{same}"
     assert all(".." not in name and not name.startswith("/") for name in members)
+
+
+def test_an_addon_outside_the_tree_is_staged_by_content_once(
+    login: LocalLogin, tree_dir: Path, tmp_path: Path
+) -> None:
+    """``ddpimg submit --addon FILE``: the file joins the submission at .ddpimg-addons/, and
+    a second submit of the same add-on sends nothing."""
+    addon = tmp_path / "elsewhere" / "timm.addon.sqsh"
+    addon.parent.mkdir()
+    addon.write_bytes(b"hsqs" + bytes(4092))
+    tree = with_addons(collect_tree(tree_dir, ["."], Limits()), [str(addon)])
+    first = stage_tree(login, tree, "remote", "job-1")
+    assert (first.files, first.new_files) == (5, 4)
+    second = stage_tree(login, tree, "remote", "job-2")
+    assert (second.new_files, second.new_bytes) == (0, 0)
+    staged = login.home / "remote" / "jobs" / "job-2" / ".ddpimg-addons" / "timm.addon.sqsh"
+    assert staged.read_bytes() == addon.read_bytes()
+    assert addon_words(second.job_dir, [str(addon)]) == [f"--addon={staged}"]
+    with pytest.raises(DdpimgError, match="no add-on file there"):
+        with_addons(tree, [str(tree_dir / "train.py")])

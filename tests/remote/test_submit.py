@@ -17,6 +17,7 @@ from ddpimg.remote.submit import (
     Request,
     check_command,
     log_for,
+    log_options,
     run_dir_for,
     stem_for,
     submit,
@@ -132,12 +133,32 @@ def test_where_the_run_will_be(command: list[str], run_dir: str) -> None:
     [
         (None, None, "/w/ddpimg-7.out"),
         ("logs/%x-%j.txt", "mine", "/w/logs/mine-7.txt"),
-        ("/abs/%A_100%%.out", None, "/abs/7_100%.out"),
+        ("/abs/%A_100%%.out", None, "/abs/7_100%%.out"),
         ("%N.out", None, "/w/%N.out"),
+        ("%u/%x-%5j.log", None, "/w/%u/ddpimg-00007.log"),
     ],
 )
 def test_the_log_from_the_output_pattern(output: str | None, name: str | None, log: str) -> None:
     assert log_for("/w", "7", output, name) == log
+
+
+@pytest.mark.parametrize(
+    ("given", "sbatch_options", "expected"),
+    [
+        ((None, None), (), (None, None)),
+        (("a-%j.out", "n"), (), ("a-%j.out", "n")),
+        ((None, None), ("--qos=normal", "--output=logs/%N-%j.out"), ("logs/%N-%j.out", None)),
+        (("a.out", "n"), ("-ob.out", "-Jjob", "--output=c.out"), ("c.out", "job")),
+        ((None, "n"), ("--job-name=other",), (None, "other")),
+    ],
+)
+def test_the_logs_options_given_through_sbatch_option_win(
+    given: tuple[str | None, str | None],
+    sbatch_options: tuple[str, ...],
+    expected: tuple[str | None, str | None],
+) -> None:
+    """ddpimg sbatch writes the --sbatch-option lines after its own: the last one counts."""
+    assert log_options(*given, sbatch_options) == expected
 
 
 def test_a_script_must_be_in_the_staged_tree(tmp_path: Path) -> None:

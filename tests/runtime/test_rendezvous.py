@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -107,7 +108,32 @@ def test_a_preemption_signal_ends_the_wait_at_once(rank: int) -> None:
     """Rank 0 waiting for the others and a rank waiting for rank 0's verdict both stop at a
     signal (``stop`` says which) instead of waiting out the timeout."""
     store = torch_distributed.HashStore()
-    with pytest.raises(StartStopped, match=f"rank {rank}: SIGTERM arrived while the ranks"):
+    with pytest.raises(StartStopped, match=r"^SIGTERM arrived while the ranks were meeting") as err:
         join(store, rank=rank, world_size=2, hostname="h", timeout_s=3600,
              host_of_rank=lambda r: None, stop=lambda: "SIGTERM")  # fmt: skip
+    assert err.value.rank == rank
     assert exitcodes.for_error(StartStopped("x")) == exitcodes.PREEMPTED
+
+
+@pytest.mark.parametrize(("rank", "lines"), [(0, 1), (1, 0)])
+def test_a_start_stopped_is_one_line_from_rank_0(
+    rank: int, lines: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No error and no hint: a preemption, told once (as a trainer's preemption is)."""
+    stopped = StartStopped("SIGTERM arrived while the ranks were meeting", rank=rank)
+    assert exitcodes.tell(stopped) == exitcodes.PREEMPTED
+    err = capsys.readouterr().err
+    assert (
+        err.splitlines()
+        == ["ddpimg: SIGTERM arrived while the ranks were meeting; exit status 75"][:lines]
+    )
+
+
+def test_a_client_waiting_for_rank_0s_store_hears_a_signal() -> None:
+    """A rank whose rank 0 has not started yet waits in TCPStore's connect (torch's C++,
+    deaf to Python's signal handlers) for up to --timeout: the wait looks at ``stop``."""
+    port = free_port()
+    began = time.monotonic()
+    with pytest.raises(StartStopped):
+        open_store("127.0.0.1", port, 1, 3600, False, stop=lambda: "SIGUSR2")
+    assert time.monotonic() - began < 30  # a hang guard: the poll is 0.5 s

@@ -60,9 +60,24 @@ def test_metrics_lines_get_the_step_and_the_time_and_no_nan(tmp_path: Path) -> N
 
 def test_a_signal_nobody_acts_on_ends_the_script_at_once() -> None:
     runtime = _runtime(preempt_signals=("USR2",))
+    runtime.begin_script()
     with runtime.preemption, pytest.raises(ScriptPreempted) as stopped:
         os.kill(os.getpid(), signal.SIGUSR2)
     assert (stopped.value.cause, stopped.value.checkpoint) == ("SIGUSR2", None)
+
+
+def test_a_signal_during_the_boot_only_raises_the_flag_until_the_script_begins() -> None:
+    """The boot's waits (rendezvous, rank 0's decision) look at the flag and end in one
+    line: an exception from the handler in their middle was a 14-line traceback, exit 1."""
+    runtime = _runtime(preempt_signals=("TERM",))
+    with runtime.preemption:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert runtime.preemption.received == "SIGTERM"
+        with pytest.raises(ScriptPreempted) as stopped:
+            runtime.begin_script()
+    assert (stopped.value.cause, stopped.value.step, stopped.value.checkpoint) == (
+        "SIGTERM", 0, None,
+    )  # fmt: skip
 
 
 def test_a_signal_with_a_consumer_only_raises_the_flag() -> None:

@@ -154,7 +154,7 @@ def test_unknown_key_without_close_match_still_lists_known_keys(
         load_profile(path)
     assert caught.value.hint is not None
     assert "did you mean" not in caught.value.hint
-    assert "known keys in [job]: binds, constraint, cpu_bind, cpus_per_task" in caught.value.hint
+    assert "known keys in [job]: addons, binds, constraint, cpu_bind" in caught.value.hint
 
 
 def test_key_outside_any_section_points_to_its_section(write_profile: WriteProfile) -> None:

@@ -14,6 +14,7 @@ import torch
 
 from ddpimg.errors import DataError
 from ddpimg.runtime.context import DistContext
+from ddpimg.train import config as config_module
 from ddpimg.train.batch import BatchLayout
 from ddpimg.train.config import TrainConfig
 from ddpimg.train.loop import Summary, Trainer
@@ -117,8 +118,9 @@ def test_micro_batches_train_as_one_pass(
     gradient is the mean's either way, and the dropout masks follow the samples' places in
     the global batch. The two part by rounding only, compared against the noise floor
     measured here: the same one-pass run with one intra-op thread instead of two (at least
-    one float32 step). Measured (AMD EPYC, 2026-11-29): threads 1.8e-8, accumulation at most
-    2.9e-8 over the 6 steps (0.25x the floor); the multiple is 10x that, rounded up."""
+    one float32 step). Measured (AMD EPYC, 2026-12-07, the masks hashed per unit): threads
+    1.5e-8 at steps 1-2 (the floor: one float32 step), accumulation at most 5.9e-8 over the 6
+    steps (0.49x the floor); the multiple is 10x that, rounded up."""
     config = make_config(batch_size=16, train_samples=128, max_steps=6)
     threads = torch.get_num_threads()
     try:
@@ -180,16 +182,49 @@ def test_a_rank_with_an_empty_eval_shard_still_runs_its_batch(
     batch = BatchLayout.of(config, 4)
     trainer = Trainer(config, rank0_of_4, task, DdpStrategy(config, rank0_of_4), None, batch=batch)
     assert [where.stop - where.start for where in EvalShard(2, 1000, 0, 4).plan().slices] == [0]
-    with pytest.raises(RuntimeError, match=r"^the ranks evaluated 0 samples of a set of 2$"):
+    with pytest.raises(RuntimeError, match=r"^the ranks evaluated 0 samples, not 2$"):
         trainer.evaluate()
 
 
 def test_eval_lines_count_the_samples(
     ctx: DistContext, make_config: Callable[..., TrainConfig]
 ) -> None:
+    # A short run (2 steps of an 8-step epoch) with --eval-samples 37: those 37, all of them.
     _, lines = run(make_config(eval_samples=37, max_steps=2), ctx)
     evaluations = [line for line in lines if line["kind"] == "eval"]
-    assert [(line["samples"], line["epoch"]) for line in evaluations] == [(37, 1)]
+    assert [(line["samples"], line["set_samples"], line["epoch"]) for line in evaluations] == [
+        (37, 37, 1)
+    ]
+
+
+def test_a_run_that_stops_inside_its_first_epoch_evaluates_part_of_the_set(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole synthetic test set is loaded (10,000), the short run's evaluation takes a
+    part of it (here 30: the 1,024 of the default made small for a unit test), and its
+    eval line and record say so."""
+    monkeypatch.setattr(config_module, "SHORT_RUN_EVAL_SAMPLES", 30)
+    config = make_config(eval_samples=None, max_steps=2)
+    stream = io.StringIO()
+    recorder = RunRecorder(config.out, {}, Progress(stream, interactive=False))
+    task = MnistTask(config, ctx)
+    batch = BatchLayout.of(config, ctx.world_size)
+    trainer = Trainer(config, ctx, task, DdpStrategy(config, ctx), recorder, batch=batch)
+    summary = trainer.run()
+    recorder.finish("completed", 0)
+    lines = [json.loads(line) for line in (config.out / "metrics.jsonl").read_text().splitlines()]
+    evaluation = next(line for line in lines if line["kind"] == "eval")
+    assert (evaluation["samples"], evaluation["set_samples"]) == (30, 10_000)
+    assert evaluation["loss"] == summary.eval_loss
+    assert "(eval on 30 of 10,000 samples: the run stops inside its first epoch; " in (
+        stream.getvalue()
+    )
+    # The loss is the mean over samples 0, 333, 666, ... of the set.
+    rows = torch.arange(30) * 10_000 // 30
+    with torch.no_grad():
+        inputs, targets = task.datasets()[1].batch(rows)
+        expected = task.loss(trainer.model(inputs), targets).double().mean().item()
+    assert_within([summary.eval_loss], [expected], Tolerance(FLOAT32_STEP, 10, 1), "subset")
 
 
 @pytest.mark.parametrize(("warmup", "counted"), [(0, True), (4, True), (5, False)])

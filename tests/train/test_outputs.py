@@ -7,13 +7,12 @@ from pathlib import Path
 import pytest
 
 import ddpimg
+from ddpimg.buildinfo import image_identity, read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.train.outputs import (
     MetricsWriter,
     RunRecorder,
     collect_versions,
-    image_identity,
-    read_build_info,
     utc_now,
     write_json_atomic,
 )

@@ -4,13 +4,14 @@ import pytest
 import torch
 
 from ddpimg.errors import DdpimgError
-from ddpimg.train.seeding import configure_reproducibility, derive_seed
+from ddpimg.train.seeding import configure_reproducibility, derive_seed, derive_words
 
 
 def test_derived_seeds_are_stable_across_versions() -> None:
     # Changing these changes every data order and dropout mask: old runs stop reproducing.
     assert derive_seed(1, "dropout", 3, 1) == 2059806924559486037
     assert derive_seed(1, "order", 1) == 7963547403002796752
+    assert derive_words(1, "dropout", 3, 1) == (959172344, 411310251)
 
 
 @pytest.mark.parametrize(

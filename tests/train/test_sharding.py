@@ -97,3 +97,19 @@ def test_a_plan_holds_one_batch_a_forward_pass() -> None:
     plan = shard.plan(torch.arange(40), epoch=1, start=1, stop=3)
     assert len(plan) == 2 * 4
     assert [plan.rows(i).tolist() for i in range(4)] == [[24, 25], [26, 27], [28, 29], [30, 31]]
+
+
+def test_part_of_the_set_is_spread_evenly_whatever_the_ranks() -> None:
+    """A short run's 4 of 10 samples: every tenth of the set is represented, each sample
+    once, and the same 4 on one rank as on two."""
+
+    def evaluated(world_size: int) -> list[int]:
+        rows: list[int] = []
+        for rank in range(world_size):
+            plan = EvalShard(4, 3, rank, world_size, set_size=10).plan()
+            rows += [int(row) for where in plan.slices for row in plan.order[where]]
+        return rows
+
+    assert evaluated(1) == [0, 2, 5, 7]
+    assert evaluated(2) == [0, 2, 5, 7]
+    assert EvalShard(10, 4, 0, 1, set_size=10).plan().order.tolist() == list(range(10))

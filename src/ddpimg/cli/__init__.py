@@ -1,4 +1,4 @@
-"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs``, the
+"""Command line: ``ddpimg env|train|doctor|sbatch|plot|data|export|sync|site|runs|addon``, the
 laptop's ``ddpimg submit|follow|fetch|cancel``, and ``train`` (== ``ddpimg train``).
 
 Each command is a chain of small steps (build parser -> parse -> run); only ``run`` touches
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Protocol, cast
 if TYPE_CHECKING:
     import argparse
 
-from ddpimg import __version__, exitcodes
+from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, report
 from ddpimg.optional import missing_package
+from ddpimg.version import __version__
 
 
 class CommandModule(Protocol):
@@ -43,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "render (and submit) a Slurm batch script for a site, an image and a train command",
         "sbatch_cmd",
     ),
-    "plot": ("plot loss/accuracy per epoch and throughput/scaling of several runs", "plot_cmd"),
+    "plot": ("plot a run's loss, learning rate and throughput; several overlaid", "plot_cmd"),
     "data": (
         "prepare datasets: pack an image tree into shards, index a dataset, tokenize text",
         "data_cmd",
@@ -60,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": (
         "list the runs in ./runs (or $DDPIMG_RUNS) and those submitted from here",
         "runs_cmd",
+    ),
+    "addon": (
+        "your own packages beside the image: build an add-on, or an image with add-ons",
+        "addon_cmd",
     ),
     "submit": (
         "from a laptop: stage this tree, render and submit the job on a login node over ssh",
@@ -118,8 +123,7 @@ def parse_args(
 
 def report_error(err: DdpimgError) -> int:
     """Print ``err`` the one way user errors are printed; return its exit status."""
-    report(err)
-    return exitcodes.for_error(err)
+    return exitcodes.tell(err)
 
 
 def report_crash(command: str, err: Exception) -> int:
@@ -162,6 +166,10 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
         if missing is None:
             return report_crash(_command_line(namespace.command, command_prog), err)
         return report_error(missing)
+    except BrokenPipeError as err:
+        if not _stdout_closed():
+            return report_crash(_command_line(namespace.command, command_prog), err)
+        return exitcodes.OUTPUT_CLOSED
     except Exception as err:
         return report_crash(_command_line(namespace.command, command_prog), err)
     except KeyboardInterrupt:
@@ -174,6 +182,32 @@ def main(argv: Sequence[str] | None = None, command_prog: str | None = None) -> 
             flush=True,
         )
         return exitcodes.INTERRUPTED
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader went away (``ddpimg runs | head``): then, as any
+    Unix filter, end quietly with 128 + SIGPIPE. A write to such a pipe fails with EPIPE and
+    ``poll`` reports an error on it. Standard output then points at /dev/null, so that the
+    interpreter's last flush of what is still buffered does not fail again (Python's
+    documentation, the note on SIGPIPE in the signal module)."""
+    import select
+    import stat
+
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError):
+        return False
+    if not any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 def _command_line(command: str, command_prog: str | None) -> str:

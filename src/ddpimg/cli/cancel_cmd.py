@@ -1,5 +1,5 @@
 """``ddpimg cancel RUN``: cancel the job of a run submitted from here (``scancel`` on its
-login node). RUN is a name ``ddpimg submit`` printed, or ``latest``."""
+login node); a sweep's whole array. RUN is a name ``ddpimg submit`` printed, or ``latest``."""
 
 from __future__ import annotations
 
@@ -26,5 +26,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             hint=f"ddpimg follow {found.name} shows the job's state",
         )
     state.update(path, found.name, state="CANCELLED")
-    remote_common.say(f"{found.host}: cancelled job {found.job_id} (run {found.name})")
+    what = f"array job {found.job_id} (sweep {found.name}, {len(found.points)} points)"
+    if not found.is_sweep:
+        what = f"job {found.job_id} (run {found.name})"
+    remote_common.say(f"{found.host}: cancelled {what}")
     return exitcodes.OK

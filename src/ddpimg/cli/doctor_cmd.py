@@ -103,9 +103,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if checkup.is_main:
             # Imported here: the module brings the training outputs' imports, which only an
             # answered checkup needs.
-            from ddpimg.train.outputs import read_build_info
+            from ddpimg.addon.mounted import explain_lines
+            from ddpimg.buildinfo import read_build_info
 
-            lines = render_image(read_build_info(os.environ))
+            lines = render_image(read_build_info(os.environ)) + explain_lines(os.environ)
             lines += render_checkup(checkup, launch.plan, as_json=args.json)
             print("\n".join(lines), flush=True)
 
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def verify_image(env: Mapping[str, str]) -> int:
     """``doctor --verify``: print the verdict; 0 when the tree is the build's, CHECK_FAILED
     when it differs, USAGE when there is no build record (or no tree in it) to check."""
-    from ddpimg.train.outputs import BUILD_INFO_DEFAULT, BUILD_INFO_VARIABLE, read_build_info
+    from ddpimg.buildinfo import BUILD_INFO_DEFAULT, BUILD_INFO_VARIABLE, read_build_info
 
     where = env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT
     info = read_build_info(env)

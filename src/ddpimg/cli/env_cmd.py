@@ -89,7 +89,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     data = plan.to_json()
     if args.explain:
-        data["explain"] = list(plan.notes)
+        # The add-ons mounted here, and whether each fits this image (read only here: no
+        # cost for the plain `ddpimg env` every rank runs).
+        from ddpimg.addon.mounted import addon_records, explain_lines
+
+        data["explain"] = [*plan.notes, *explain_lines(os.environ)]
+        data["addons"] = addon_records(os.environ)
     if args.json:
         import json
 
@@ -97,7 +102,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return exitcodes.OK
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key in ("env", "removed", "explain", "hosts"):
+        if key in ("env", "removed", "explain", "hosts", "addons"):
             continue
         print(f"{key:<{width}}  {value}")
     print("env:")

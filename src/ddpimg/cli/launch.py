@@ -1,7 +1,7 @@
 """The start-up of every command that runs ranks (``train``, ``ddpimg doctor``), written once:
 
-    environment -> plan -> re-exec into the clean environment -> this process either starts
-    the ``--nproc-per-node`` local workers or is a rank itself
+    environment -> plan -> re-exec into the clean environment -> the add-ons checked -> this
+    process either starts the ``--nproc-per-node`` local workers or is a rank itself
 
 The plan and its checks are pure (``ddpimg.plan``); what touches the process is the runtime's
 (``runtime/reexec.py``, ``runtime/local_workers.py``). This module only reads the shared
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ddpimg.addon import sitepath
 from ddpimg.cli.launch_options import local_workers, plan_from_args
 from ddpimg.runtime.reexec import needs_reexec, reexec_clean
 
@@ -68,6 +69,12 @@ def prepare_launch(args: argparse.Namespace, argv: Sequence[str]) -> Launch:
     plan = plan_from_args(args, env)
     if needs_reexec(plan, env):
         reexec_clean(plan, env, argv)
+    # Before any rendezvous: an add-on made for another image stops every rank here, each
+    # with one line (ddpimg.addon.mounted). Nothing mounted: one listdir, no import.
+    if sitepath.mounted(sitepath.addon_root(env)):
+        from ddpimg.addon.mounted import check_addons
+
+        check_addons(env)
     return Launch(plan, local_workers(args), tuple(argv), args.timeout)
 
 

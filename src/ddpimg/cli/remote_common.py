@@ -14,6 +14,7 @@ from ddpimg.remote import state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S, Follower, Screen
 from ddpimg.remote.ssh import SshTransport, interactive
 from ddpimg.remote.state import RemoteRun
+from ddpimg.remote.sweep_follow import SweepFollower, TableScreen
 from ddpimg.remote.transport import Transport
 
 INTERVAL_HELP = f"seconds between two polls of the job (default {DEFAULT_INTERVAL_S:g})"
@@ -56,10 +57,17 @@ def follow(
 ) -> int:
     """Follow ``run`` to its end; Ctrl-C detaches (the job goes on). The exit status: 0
     when the job completed, 1 when it ended otherwise, 130 when detached."""
-    screen = Screen(sys.stdout, sys.stdout.isatty())
-    say(f"following {run.name} (job {run.job_id} on {run.host}); Ctrl-C stops following, "
+    interactive = sys.stdout.isatty()
+    screen = (
+        TableScreen(sys.stdout, interactive) if run.is_sweep else Screen(sys.stdout, interactive)
+    )
+    what = (
+        f"array job {run.job_id}, {len(run.points)} points" if run.is_sweep else f"job {run.job_id}"
+    )
+    say(f"following {run.name} ({what} on {run.host}); Ctrl-C stops following, "
         "not the job")  # fmt: skip
-    follower = Follower(
+    kind = SweepFollower if run.is_sweep else Follower
+    follower = kind(
         transport,
         run,
         screen,

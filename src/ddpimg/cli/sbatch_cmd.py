@@ -13,6 +13,7 @@ or submitted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpimg import exitcodes
+from ddpimg.cli.sweep_args import MAX_PARALLEL, add_sweep_arguments, sweep_given
+from ddpimg.cli.sweep_options import SweepPlan, completed_points, plan_sweep
 from ddpimg.fsio import check_new, write_text_atomic
 from ddpimg.host import short_hostname
 from ddpimg.jobs import (
@@ -39,8 +42,11 @@ from ddpimg.jobs import (
     resolve_job,
     select_job_profile,
 )
+from ddpimg.jobs.array import ArrayJob, ArrayPoint, array_spec
+from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.jobs.noderange import parse_nodes
 from ddpimg.site import SiteProfile
+from ddpimg.sweep.results import is_sweep, read_sweep_file
 
 SBATCH_TIMEOUT_S = 60.0
 
@@ -92,6 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--submit", action="store_true", help="submit with sbatch and print the job id"
     )
+    add_sweep_arguments(parser, MAX_PARALLEL)
     # Not "command": the top-level parser keeps the subcommand's name there.
     parser.add_argument(
         "train_command",
@@ -134,21 +141,83 @@ class Prepared:
     spec: JobSpec
     profile: SiteProfile
     findings: tuple[Finding, ...]
+    array: ArrayJob | None = None
+    sweep: SweepPlan | None = None
 
     def script(self) -> str:
         """The batch script; raises the errors found, if any."""
         raise_for_errors(self.findings)
-        return render_script(self.spec, self.profile)
+        return render_script(self.spec, self.profile, self.array)
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> Prepared:
-    """Resolve the job from the parsed flags, the job file and the site profile; check it."""
+    """Resolve the job from the parsed flags, the job file and the site profile; check it.
+    With ``--sweep``, the job is an array of the sweep's points that did not complete in
+    this directory (``ddpimg.jobs.array``)."""
     job_file = load_job_file(args.config) if args.config else None
     profile, site = select_job_profile(env, hostname, args.site, job_file)
     given = vars(args) | {"command": _command_words(args.train_command)}
+    array = plan = None
+    if sweep_given(args):
+        command = given["command"] or (job_file.values.get("command", []) if job_file else [])
+        plan, array = sweep_array(args, list(command), env)
+        given["array"] = array_spec(array.indices, args.max_parallel)
     spec = resolve_job(profile, flag_values(given), job_file, site=site)
     findings = check_job(spec, profile, submit=args.submit, allow_retired=args.allow_retired)
-    return Prepared(spec, profile, tuple(findings))
+    return Prepared(spec, profile, tuple(findings), array, plan)
+
+
+def sweep_array(
+    args: argparse.Namespace, command: list[str], env: Mapping[str, str]
+) -> tuple[SweepPlan, ArrayJob]:
+    """The sweep's plan, and its array: the points whose runs did not complete in the
+    sweep's directory (as seen from here, the directory the job runs in)."""
+    parsed = TrainCommand(tuple(command))
+    if parsed.kind != TRAIN:
+        raise JobError(
+            f"--sweep runs a train command, one point per array task; the command is "
+            f"{' '.join(command[:2]) or 'missing'}",
+            hint="ddpimg sbatch --sweep lr=0.1,0.01 ... -- train mnist ...",
+        )
+    if args.array:
+        raise JobError(
+            f"--array {args.array} with --sweep: the sweep makes the array, one task a point",
+            hint="drop --array; --max-parallel K runs at most K points at once",
+        )
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise JobError(
+            f"{MAX_PARALLEL} {args.max_parallel}: must be at least 1", hint=f"{MAX_PARALLEL} 4"
+        )
+    words = command[1:] if os.path.basename(command[0]) == "train" else command[2:]
+    plan = plan_sweep(args, words, env, in_job=True)
+    if is_sweep(Path(plan.directory)):
+        found = read_sweep_file(Path(plan.directory))
+        if not plan.same(found.document):
+            raise JobError(
+                f"{plan.directory} holds another sweep ({found.name}: "
+                f"{' '.join(found.command)} over {', '.join(found.axis_names)})",
+                hint="give the train command another --out, or none: each sweep gets a "
+                "directory named by its definition",
+            )
+    done = completed_points(plan, Path(plan.directory))
+    todo = [point for point in plan.points if point.name not in done]
+    if not todo:
+        raise JobError(
+            f"every point of sweep {plan.name} completed in {plan.directory}: nothing to run",
+            hint=f"ddpimg runs {plan.directory} shows them; remove a point's directory to run "
+            "it again",
+        )
+    points = tuple(
+        ArrayPoint(
+            point.index,
+            point.name,
+            tuple(plan.commands.option_words(point)),
+            tuple(plan.commands.script_words(point)),
+        )
+        for point in todo
+    )
+    document = json.dumps(plan.document, sort_keys=True)
+    return plan, ArrayJob(plan.name, plan.directory, document, points)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -161,6 +230,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if finding.level != ERROR:
             print(f"ddpimg: {finding.level}: {finding}", file=sys.stderr, flush=True)
     script = prepared.script()
+    if prepared.sweep is not None and prepared.array is not None:
+        plan, array = prepared.sweep, prepared.array
+        skipped = len(plan.points) - len(array.points)
+        print(
+            f"ddpimg: sweep {plan.name}: {len(array.points)} points as array tasks "
+            f"{prepared.spec.array}, each in its own directory under {plan.directory}"
+            + (f" ({skipped} completed there earlier: not run again)" if skipped else ""),
+            file=sys.stderr,
+            flush=True,
+        )
     if path is not None:
         try:
             write_text_atomic(path, script)

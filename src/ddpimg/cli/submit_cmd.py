@@ -5,6 +5,8 @@ a cluster over your own ssh, in one command.
     ddpimg submit --host me@login.cluster.org --site roihu --nodes 2 --follow -- \\
         train --script train.py --lr 0.1
     ddpimg follow mnist-4242; ddpimg fetch mnist-4242; ddpimg cancel mnist-4242
+    ddpimg submit --host puhti --sweep lr=0.1,0.01 --sweep seed=1,2 --max-parallel 2 -- \
+        train mnist --epochs 5                       # one array job: mnist-sweep-4243
 
 Over one ssh connection (your ~/.ssh/config, agent and ProxyJump) it checks the login node
 (Slurm, ddpimg, the site), stages the working tree by content (what git would track, or
@@ -23,14 +25,17 @@ from pathlib import Path
 
 from ddpimg import exitcodes
 from ddpimg.cli import remote_common, sbatch_cmd
+from ddpimg.cli.sweep_args import MAX_PARALLEL, add_sweep_arguments, sweep_given
+from ddpimg.cli.sweep_options import plan_sweep
 from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs import FIELDS
+from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs, state
 from ddpimg.remote.follow import DEFAULT_GIVE_UP_S, DEFAULT_INTERVAL_S
 from ddpimg.remote.login import AUTO, check_login
-from ddpimg.remote.submit import Request, check_command, submit
+from ddpimg.remote.submit import Request, check_command, log_options, submit, with_addons
 from ddpimg.remote.tree import DEFAULT_MAX_FILES, DEFAULT_MAX_MB, Limits, collect_tree
-from ddpimg.runs.names import runs_root
+from ddpimg.runs.names import DEFAULT_ROOT, runs_root
 
 # Options of ddpimg sbatch that do not fit a run followed from here: an array is many runs.
 NOT_HERE = ("array",)
@@ -101,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-retired", action="store_true", help="render for a retired site anyway"
     )
+    add_sweep_arguments(parser, MAX_PARALLEL)
     parser.add_argument(
         "train_command",
         nargs=argparse.REMAINDER,
@@ -110,17 +116,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def job_words(args: argparse.Namespace) -> list[str]:
-    """The job options given, as ``ddpimg sbatch`` words for the login node."""
+    """The job options given, as ``ddpimg sbatch`` words for the login node (add-ons are
+    files here: they are staged, and their words made then)."""
     found: list[str] = []
     for field in FIELDS:
         value = getattr(args, field.name, None)
-        if field.name == "command" or value is None:
+        if field.name in ("command", "addons") or value is None:
             continue
         # --name=VALUE: a value may start with a dash (--sbatch-option=--hold).
         found += [f"{field.option}={item}" for item in (value if field.kind is list else [value])]
     if args.allow_retired:
         found.append("--allow-retired")
     return found
+
+
+def sweep_words(args: argparse.Namespace) -> list[str]:
+    """The sweep's options given, as ``ddpimg sbatch`` words for the login node."""
+    if not args.sweep:
+        return []
+    found = [f"--sweep={text}" for text in args.sweep]
+    for flag, value in (
+        ("--trials", args.trials),
+        ("--sweep-seed", args.sweep_seed),
+        ("--max-points", args.max_points),
+        (MAX_PARALLEL, args.max_parallel),
+    ):
+        if value is not None:
+            found.append(f"{flag}={value}")
+    return found
+
+
+def sweep_command(
+    args: argparse.Namespace, command: list[str], env: dict[str, str]
+) -> tuple[list[str], tuple[str, ...]]:
+    """The command a sweep submits (with ``--out`` its directory, ``runs/SWEEP``, unless
+    given) and its points' names, every point checked here before anything is staged."""
+    parsed = TrainCommand(tuple(command))
+    if parsed.kind != TRAIN:
+        raise DdpimgError(
+            "--sweep runs a train command, one point per array task",
+            hint="ddpimg submit --host LOGIN --sweep lr=0.1,0.01 -- train mnist ...",
+        )
+    start = 1 if os.path.basename(command[0]) == "train" else 2
+    plan = plan_sweep(args, command[start:], env, in_job=True)
+    if plan.command.out is None:
+        head = list(parsed.head)
+        command = [*head, "--out", f"{DEFAULT_ROOT}/{plan.name}", *parsed.script]
+    return command, tuple(point.name for point in plan.points)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -135,16 +177,28 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     local_root = runs_root(env)
     tree = collect_tree(Path.cwd(), args.include or (), limits, outputs=local_root)
     check_command(command, tree)
+    tree = with_addons(tree, args.addons or ())
+    points: tuple[str, ...] = ()
+    if sweep_given(args):
+        if args.max_parallel is not None and args.max_parallel < 1:
+            raise DdpimgError(
+                f"{MAX_PARALLEL} {args.max_parallel}: must be at least 1",
+                hint=f"{MAX_PARALLEL} 4",
+            )
+        command, points = sweep_command(args, command, env)
     remote_ddpimg = _remote_ddpimg(args.remote_ddpimg)
     path = remote_common.state_file(env)
     state.load(path)  # a state file that cannot be read is told before a job exists
+    output, job_name = log_options(args.output, args.job_name, args.sbatch_options or ())
     request = Request(
         args.site,
         args.remote_dir,
-        tuple(job_words(args)),
+        tuple(job_words(args) + sweep_words(args)),
         tuple(command),
-        output=args.output,
-        job_name=args.job_name,
+        output=output,
+        job_name=job_name,
+        addons=tuple(args.addons or ()),
+        points=points,
     )
     with remote_common.connect(args.host, env) as transport:
         host = transport.host

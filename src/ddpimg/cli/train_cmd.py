@@ -4,18 +4,16 @@ start N local workers through torchrun's own launcher API."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
 from typing import NoReturn
 
+from ddpimg.cli import train_parser
 from ddpimg.cli.launch import prepare_launch
-from ddpimg.cli.launch_options import (
-    add_local_rank_argument,
-    add_nproc_argument,
-    add_site_options,
-)
-from ddpimg.cli.train_options import add_training_arguments, train_config
+from ddpimg.cli.sweep_args import sweep_given
+from ddpimg.cli.train_options import train_config
 from ddpimg.errors import DdpimgError
 from ddpimg.plan import LaunchPlan
 from ddpimg.script.launch import (
@@ -31,46 +29,16 @@ from ddpimg.train.preemption import PreemptionWatch
 from ddpimg.train.tasks import TRAINERS
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options about how the job runs (as opposed to what it trains)."""
-    group = parser.add_argument_group("launch")
-    add_nproc_argument(group)
-    add_site_options(group)
-    add_local_rank_argument(group)
-    group.add_argument(
-        "--script",
-        nargs=argparse.REMAINDER,
-        metavar="FILE [ARGS]",
-        help="run your own script instead of a bundled trainer, with the resolved environment "
-        "exported and ddpimg's runtime around it: run record, stall watch, preemption, "
-        "Hugging Face and Lightning integrations (must come last; a --local-rank given to "
-        "train is passed on to it)",
-    )
-    script = parser.add_argument_group(
-        "your own script (train --script): turn a part of ddpimg's runtime off"
-    )
-    script.add_argument(
-        "--no-watch",
-        action="store_true",
-        help="no stall watch (DDPIMG_STALL_WATCH=0 does the same for trainers and scripts)",
-    )
-    script.add_argument(
-        "--no-record", action="store_true", help="no manifest.json and metrics.jsonl in --out"
-    )
-    script.add_argument(
-        "--no-integrations",
-        action="store_true",
-        help="no ddpimg callbacks in Hugging Face and Lightning Trainers (no checkpoint on "
-        "preemption through them, no automatic resume, no metrics from them)",
-    )
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_training_arguments(parser)
-    add_launch_arguments(parser)
+    """``train``'s whole parser (``ddpimg.cli.train_parser``), for the command table."""
+    train_parser.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    if sweep_given(args):
+        from ddpimg.cli.sweep_options import run_local_sweep
+
+        return run_local_sweep(args, argv)
     startup.mark("launch")
     launch = prepare_launch(args, argv)
     plan = launch.plan
@@ -123,17 +91,20 @@ def run_worker(plan: LaunchPlan, args: argparse.Namespace) -> int:
             stop=lambda: preemption.received,
         )
         startup.mark("process_group")
-        finished = False
         try:
             status = run_training(config, ctx, preemption, runs=runs)
-            finished = True
         finally:
-            runtime.shutdown(finished)
+            # run_training's ranks met at its end: no barrier is left to make.
+            runtime.shutdown(finished=False)
     # The run is over. A preemption signal still on its way (the job ended close to its time
     # limit) would otherwise kill the exiting process and turn a completed run into a
     # failed step in the batch script.
     for sig in preemption.signals:
         signal.signal(sig, signal.SIG_IGN)
+    # The process ends next. Its last collection would walk every object torch and its
+    # compiler stack made, for nothing the run still needs (its files are closed, its process
+    # group is gone): 1.2-2.5 s of a smoke run's exit on 2 busy cores, 0.3-0.6 s frozen.
+    gc.freeze()
     return status
 
 

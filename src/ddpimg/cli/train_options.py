@@ -23,7 +23,9 @@ from ddpimg.trackers.settings import DEFAULT_PROJECT
 from ddpimg.train.config import (
     COMPILE_BACKENDS,
     DEFAULT_BATCH_SIZE,
+    EVAL_ALL,
     PRECISIONS,
+    SHORT_RUN_EVAL_SAMPLES,
     SYNTHETIC,
     TrainConfig,
     check_zero_stage_strategy,
@@ -104,9 +106,12 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--eval-samples",
-        type=int,
+        type=_eval_samples,
         default=None,
-        help="use only the first N evaluation samples (default: all)",
+        metavar=f"N|{EVAL_ALL}",
+        help=f"use only the first N evaluation samples, or {EVAL_ALL} (default: all, except "
+        "that a run that stops inside its first epoch, --max-steps below one epoch, evaluates "
+        f"at most {SHORT_RUN_EVAL_SAMPLES:,} spread evenly over the set)",
     )
     parser.add_argument(
         "--out",
@@ -359,6 +364,18 @@ def _add_trainer_flags(
                 "choices": item.flag.choices,
             }
         group.add_argument(item.option, **arguments)
+
+
+def _eval_samples(text: str) -> int | str:
+    """``--eval-samples``: a whole number (checked by ``TrainConfig``) or ``all``."""
+    if text == EVAL_ALL:
+        return EVAL_ALL
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number or {EVAL_ALL}, got {text!r}"
+        ) from None
 
 
 def _data_sources() -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ddpimg.errors import JobError
+from ddpimg.jobs.addons import check_addons
 from ddpimg.jobs.command import DOCTOR, LAUNCHER, OTHER, TRAIN, TrainCommand
 from ddpimg.jobs.data import check_data
 from ddpimg.jobs.findings import ERROR, WARNING, Finding
@@ -44,6 +45,7 @@ def check_job(
         *_check_cpus(spec, profile),
         *check_node_range(spec),
         *check_data(spec),
+        *check_addons(spec, submit),
         *check_foreign(spec, _site_image(spec, profile)),
         *_check_gpus(spec, profile),
         *_check_gpu_type(spec, profile),

@@ -113,19 +113,23 @@ def shell_words(
     data: str | None = None,
     *,
     extra: Sequence[str] = (),
+    point: str | None = None,
 ) -> list[str]:
     """The command as shell words for the batch script, with ddpimg's options added;
     ``data``: the shell word ``--data`` becomes (``ddpimg.jobs.data``), replacing the
     user's; ``extra``: shell words a train or doctor command gets besides (before
-    ``--script``)."""
-    head = command.head if data is None else command.head_without("--data")
-    quoted = [shlex.quote(word) for word in head]
+    ``--script``); ``point``: a sweep's array task (``ddpimg.jobs.array``): the shell word
+    that holds the point's own options, its ``--out`` and its script, which end the line
+    instead of the command's ``--out`` and script."""
+    head = TrainCommand(command.head_without("--out")) if point is not None else command
+    head_words = head.head if data is None else head.head_without("--data")
+    quoted = [shlex.quote(word) for word in head_words]
     if data is not None:
         quoted += ["--data", data]
     if command.kind in (TRAIN, DOCTOR) and command.option("--site") is None:
         quoted += ["--site", shlex.quote(site)]
     if command.kind == TRAIN and not command.script:
-        if command.option("--out") is None:
+        if command.option("--out") is None and point is None:
             quoted += ["--out", RUN_DIR]
         if command.option("--resume") is None:
             quoted += ["--resume", "auto"]
@@ -137,4 +141,6 @@ def shell_words(
         quoted += ["--nproc-per-node", str(workers_per_node)]
     if command.kind in (TRAIN, DOCTOR):
         quoted += extra
+    if point is not None:
+        return [*quoted, point]
     return quoted + [shlex.quote(word) for word in command.script]

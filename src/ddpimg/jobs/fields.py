@@ -62,6 +62,17 @@ def _absolute(text: str, where: str) -> None:
         )
 
 
+def _addon_file(text: str, where: str) -> None:
+    from ddpimg.addon.sitepath import mount_name, valid_name
+
+    if "," in text or ":" in text or not valid_name(mount_name(text)):
+        raise JobError(
+            f"{where}: {text!r} is not an add-on file (NAME.addon.sqsh, NAME of letters, "
+            "digits, '.', '_' and '-'; no ',' or ':' in the path)",
+            hint="give the file ddpimg addon build wrote; NAME becomes /opt/ddpimg/addons/NAME",
+        )
+
+
 def _sbatch_option(text: str, where: str) -> None:
     if not text.startswith("-"):
         raise JobError(
@@ -251,6 +262,18 @@ FIELDS: tuple[Field, ...] = (
         "a dataset directory copied once per node to --local-dir before training (and removed "
         "after); train gets --data the copy",
         "DIR",
+    ),
+    Field(
+        "addons",
+        list,
+        (),
+        "an add-on (ddpimg addon build's NAME.addon.sqsh), mounted read-only at "
+        "/opt/ddpimg/addons/NAME after the image's own packages (repeat; adds to the site's)",
+        "FILE",
+        from_profile=True,
+        flag="--addon",
+        merge=True,
+        check=_addon_file,
     ),
     Field(
         "ddpimg_from",

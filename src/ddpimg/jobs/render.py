@@ -21,6 +21,8 @@ import shlex
 import textwrap
 
 from ddpimg import exitcodes
+from ddpimg.jobs.addons import addon_cleanup_lines, addon_lines
+from ddpimg.jobs.array import OUT_WORD, POINT_WORD, ArrayJob, point_lines
 from ddpimg.jobs.command import RUN_DIR, TRAIN, TrainCommand, shell_words
 from ddpimg.jobs.data import cleanup_lines, data_word, staging_lines
 from ddpimg.jobs.directives import SINGLE_QUOTED
@@ -41,14 +43,20 @@ TASK_PRELUDE = (
 )
 
 
-def render_script(spec: JobSpec, profile: SiteProfile) -> str:
+def render_script(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None = None) -> str:
     """The batch script for ``spec`` on ``profile``'s site (checks are the caller's job:
-    :func:`ddpimg.jobs.checks.check_job`)."""
-    lines = [*_header(spec, profile), *_directives(spec, profile), "", *_body(spec, profile)]
+    :func:`ddpimg.jobs.checks.check_job`); ``array``: a sweep, one point per array task
+    (``spec.array`` holds its indices)."""
+    lines = [
+        *_header(spec, profile, array),
+        *_directives(spec, profile),
+        "",
+        *_body(spec, profile, array),
+    ]
     return "\n".join(lines) + "\n"
 
 
-def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
+def _header(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None) -> list[str]:
     ranks = counted(spec.nodes * spec.ranks_per_node, "rank")
     nodes = counted(spec.nodes, "node")
     if spec.node_range:
@@ -66,8 +74,13 @@ def _header(spec: JobSpec, profile: SiteProfile) -> list[str]:
     else:
         how = "srun starts one task per rank"
     about = f" ({profile.description})" if profile.description else ""
+    sweep = (
+        f" A sweep of {counted(len(array.points), 'point')}, each an array task with this layout."
+        if array is not None
+        else ""
+    )
     text = (
-        f"Rendered by `ddpimg sbatch` for site {profile.name}{about}. {size}: {how}. "
+        f"Rendered by `ddpimg sbatch` for site {profile.name}{about}. {size}: {how}.{sweep} "
         "Render it again rather than editing it: ddpimg checks the layout it writes."
     )
     return ["#!/bin/bash", *_comment(text)]
@@ -189,7 +202,7 @@ def _unset_lines(profile: SiteProfile) -> list[str]:
     ]
 
 
-def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
+def _body(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None) -> list[str]:
     """The script after its directives: templates/job-body.sh with this job's values and
     parts filled in."""
     return fill_template(
@@ -205,15 +218,17 @@ def _body(spec: JobSpec, profile: SiteProfile) -> list[str]:
                 *_module_lines(profile),
                 *wrapper_lines(spec),
                 *staging_lines(spec),
-                *_step(spec, profile),
+                *addon_lines(spec),
+                *(point_lines(array) if array is not None else []),
+                *_step(spec, profile, array),
             ],
-            "CLEANUP": cleanup_lines(spec),
-            "LOST_FROM_MANIFEST": _lost_from_manifest(spec),
+            "CLEANUP": [*cleanup_lines(spec), *addon_cleanup_lines(spec)],
+            "LOST_FROM_MANIFEST": _lost_from_manifest(spec, array),
         },
     )
 
 
-def _lost_from_manifest(spec: JobSpec) -> list[str]:
+def _lost_from_manifest(spec: JobSpec, array: ArrayJob | None) -> list[str]:
     """srun reports the highest status of its tasks, 137 when the lost rank was killed
     (SIGKILL: by its sentinel, the out-of-memory killer); a bundled trainer's manifest.json
     then records ``rank_lost``, which tells that 137 from a crash. A script's run directory
@@ -223,12 +238,14 @@ def _lost_from_manifest(spec: JobSpec) -> list[str]:
         return []
     out = command.option("--out")
     run = RUN_DIR if out is None else shlex.quote(out)
+    if array is not None:
+        run = OUT_WORD
     return [
         f'if [ "$status" -eq 137 ] && grep -qs \'"rank_lost"\' {run}/manifest.json; then lost=1; fi'
     ]
 
 
-def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
+def _step(spec: JobSpec, profile: SiteProfile, array: ArrayJob | None) -> list[str]:
     """The runtime's preamble, comments, then the backgrounded srun command, one continuation
     line per part."""
     runtime = invocation(spec, profile)
@@ -247,6 +264,7 @@ def _step(spec: JobSpec, profile: SiteProfile) -> list[str]:
         spec.ranks_per_node,
         data_word(spec),
         extra=keep_words(spec),
+        point=POINT_WORD if array is not None else None,
     )
     if spec.ddpimg_from and command:
         command[0] = shlex.quote(entry_point(spec.command[0], spec.ddpimg_from))

@@ -28,7 +28,9 @@ runtime                   the step's tasks run
 Every runtime binds the job's working directory and ``spec.binds`` (the site's file systems,
 the fabric's host paths, ``--bind``) the same way, and the node-local copy of
 ``--stage-data`` at its own path; apptainer, singularity and edf also mount ``--data-image``
-(``ddpimg.jobs.data``).
+(``ddpimg.jobs.data``). Add-ons (``--addon``) are mounted at /opt/ddpimg/addons/NAME by
+apptainer, singularity and edf, and bound from their copy unpacked on each node by the
+others (``ddpimg.jobs.addons``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ddpimg.jobs.addons import (
+    DIGESTS,
+    apptainer_binds,
+    edf_mounts,
+    unpacked_binds,
+    unpacked_mounts,
+)
 from ddpimg.jobs.data import STAGED, image_bind, image_mount, staged_bind
 from ddpimg.jobs.spec import JobSpec
 from ddpimg.site.fabric import split_bind
@@ -86,6 +95,8 @@ def _apptainer(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> I
     for bind in (image_bind(spec), spec.stage_data and staged_bind(target_too=False)):
         if bind:
             words += ["--bind", bind]
+    for bind in apptainer_binds(spec):
+        words += ["--bind", bind]
     words += [*options, shlex.quote(spec.image)]
     comments = [
         f"# {spec.runtime} passes the host environment (SLURM_*) into the container; the working",
@@ -94,6 +105,8 @@ def _apptainer(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> I
     ]
     if spec.gpus_requested:
         comments.append(f"# {flag} makes the host's GPU driver visible inside.")
+    if spec.addons:
+        comments.append("# image-src=/ mounts each add-on's squashfs read-only, unpacking nothing.")
     return Invocation(prefix=(tuple(words),), comments=tuple(comments))
 
 
@@ -105,7 +118,7 @@ def _docker(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invo
             if spec.gpu_vendor == "nvidia"
             else ["--device=/dev/kfd", "--device=/dev/dri"]
         )
-    envs = [f"--env {name}" for name in DOCKER_ENV]
+    envs = [f"--env {name}" for name in (*DOCKER_ENV, *([DIGESTS] if spec.addons else []))]
     env_lines = [
         tuple(envs[i : i + DOCKER_ENV_PER_LINE]) for i in range(0, len(envs), DOCKER_ENV_PER_LINE)
     ]
@@ -124,6 +137,7 @@ def _volumes(spec: JobSpec) -> list[str]:
     volumes += [f"--volume {_host_and_target(path)}" for path in spec.binds]
     if spec.stage_data:
         volumes.append(f"--volume {staged_bind(target_too=True)}")
+    volumes += [f"--volume {bind}" for bind in unpacked_binds(spec)]
     return volumes
 
 
@@ -136,6 +150,8 @@ def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> 
             ["--gpu"] if spec.gpu_vendor == "nvidia" else ["--device=/dev/kfd", "--device=/dev/dri"]
         )
     run += ["--network=host", "--ipc=host", "--user=0:0", "--env 'SLURM_*'"]
+    if spec.addons:
+        run.append(f"--env {DIGESTS}")
     comments = [
         "# podman-hpc shared-run starts one container per node and execs each task into it; the",
         "# image must be on the compute nodes first: `podman-hpc migrate IMAGE` (or pull) it",
@@ -153,9 +169,18 @@ def _podman_hpc(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> 
     )
 
 
+def _double_quoted(text: str) -> str:
+    """``text`` for the inside of double quotes: what bash acts on there, escaped."""
+    for char in ("\\", '"', "$", "`"):
+        text = text.replace(char, "\\" + char)
+    return text
+
+
 def _pyxis(spec: JobSpec, profile: SiteProfile, options: Sequence[str]) -> Invocation:
-    staged = [staged_bind(target_too=True)] if spec.stage_data else []
-    mounts = ",".join([WORKDIR_BIND, *(_host_and_target(b) for b in spec.binds), *staged])
+    # One double-quoted word: the job's variables expand in it, the binds are escaped.
+    staged = [f"${{{STAGED}}}:${{{STAGED}}}"] if spec.stage_data else []
+    binds = [_double_quoted(":".join(split_bind(bind))) for bind in spec.binds]
+    mounts = '"' + ",".join(["${PWD}:${PWD}", *binds, *staged, *unpacked_mounts(spec)]) + '"'
     return Invocation(
         srun_options=(
             f"--container-image={shlex.quote(spec.image)}",
@@ -178,6 +203,7 @@ def edf_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
     squashfs = image_mount(spec)
     if squashfs:
         mounts.append(squashfs)
+    mounts += edf_mounts(spec)
     # An absolute path: the engine expands ${PWD}, the job's working directory.
     image = spec.image if spec.image.startswith("/") else "${PWD}/" + spec.image.removeprefix("./")
     lines = [

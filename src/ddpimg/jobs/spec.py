@@ -48,6 +48,7 @@ class JobSpec:
     max_restarts: int
     data_image: str
     stage_data: str
+    addons: tuple[str, ...]  # add-on files (ddpimg.jobs.addons)
     ddpimg_from: str  # ddpimg installed for a site's own image (ddpimg.jobs.foreign)
     local_dir: str
     sbatch_options: tuple[str, ...]

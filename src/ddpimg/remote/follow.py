@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ddpimg.endings.reports import killed_ranks
 from ddpimg.remote import programs
 from ddpimg.remote.jobinfo import COMPLETED, PENDING, RUNNING, JobInfo, parse_job
 from ddpimg.remote.metrics_tail import MetricsTail
@@ -211,16 +212,21 @@ class Follower:
         return None
 
     def _job(self) -> JobInfo | None:
-        """Slurm's record of the job; None when there is none this poll. Only Slurm's own
-        "Invalid job id" counts towards UNKNOWN_POLLS: a controller that does not answer
-        (a restart, a timeout) says nothing about the job, which may run on; after
-        ``give_up_s`` of that, following ends with a RemoteError (the job goes on)."""
+        """Slurm's record of the job; None when there is none this poll."""
+        said = self._scontrol()
+        return None if said is None else parse_job(said, self.run.job_id)
+
+    def _scontrol(self) -> str | None:
+        """What ``scontrol show job`` says of the job; None when it says nothing this poll.
+        Only Slurm's own "Invalid job id" counts towards UNKNOWN_POLLS: a controller that
+        does not answer (a restart, a timeout) says nothing about the job, which may run on;
+        after ``give_up_s`` of that, following ends with a RemoteError (the job goes on)."""
         answer = self.transport.run(
             programs.job_state(self.run.job_id), "Slurm's state of the job", timeout=POLL_TIMEOUT_S
         )
         if answer.status == 0:
             self.seen.silent_since = None
-            return parse_job(answer.text, self.run.job_id)
+            return answer.text
         if answer.status == programs.UNKNOWN_JOB:
             self.seen.unknown += 1
             return None
@@ -337,7 +343,7 @@ class Follower:
         else:
             ok = state == COMPLETED and (status == "completed" or not self.run.run_dir)
         if not ok:
-            self._show_log(info)
+            self._tell_killed(self._show_log(info))
         summary = self.seen.summary or {}
         last = self.seen.last_train or {}
         steps = integer(summary.get("steps")) or integer(last.get("step"))
@@ -346,9 +352,19 @@ class Follower:
             loss = number(last.get("loss"))
         return Ended(state, status, steps, loss, ok)
 
-    def _show_log(self, info: JobInfo | None) -> None:
-        """The log's last lines: where submit expected it, else where Slurm says it is (an
-        ``--output`` pattern submit could not fill in)."""
+    def _tell_killed(self, log: bytes) -> None:
+        """The last word on a rank the launcher says was killed by a signal (srun's ``task
+        1: Killed``, Open MPI's ``exited on signal 9``, torchrun's ``exitcode: -9``), in
+        ddpimg's words: the rank, its host, the signal and its usual cause."""
+        killed = killed_ranks(log.decode("utf-8", "replace"))
+        if killed:
+            message, hint = killed[0].verdict(script=self._is_script)
+            self.say(f"{message} ({killed[0].launcher} says so)")
+            self.say(f"hint: {hint}")
+
+    def _show_log(self, info: JobInfo | None) -> bytes:
+        """The log's last lines (and returns them): where submit expected it, else where
+        Slurm says it is; each the newest file of its Slurm filename pattern."""
         paths = [self.run.log] + ([info.log] if info is not None and info.log else [])
         for path in dict.fromkeys(paths):
             answer = self.transport.run(
@@ -358,10 +374,11 @@ class Follower:
                 break
         else:
             self.say(f"no log at {text(self.run.log)}")
-            return
+            return b""
         self.say(f"the last lines of {text(path)}:")
         for line in log_lines(answer.stdout, LOG_LINES):
             self.screen.line(f"  | {line}")
+        return answer.stdout
 
     # -- reading files -----------------------------------------------------------------
 

@@ -25,6 +25,8 @@ import base64
 import shlex
 from collections.abc import Sequence
 
+from ddpimg.remote.slurm_pattern import Field, pattern_parts
+
 MISSING = 3
 TAR_FAILED = 4
 CHECK_FAILED = 5
@@ -169,10 +171,34 @@ def read_from(path: str, start: int, limit: int) -> str:
     )
 
 
+def log_words(pattern: str) -> str:
+    """The log's Slurm filename ``pattern`` (``ddpimg.remote.slurm_pattern``) as one shell
+    word that globs for the files Slurm may have made of it: ``/w/logs/"$u"-*-7.out``
+    (``$u``: the login's user, the job's, set by ``newest_log``)."""
+    words = [
+        ('"$u"' if part.letter == "u" else "*") if isinstance(part, Field) else q(part)
+        for part in pattern_parts(pattern)
+    ]
+    return "".join(words) or "''"
+
+
+def newest_log(pattern: str) -> str:
+    """Shell lines that set ``f`` to the newest regular file ``pattern`` names (empty when
+    none does)."""
+    return (
+        "u=$(id -un 2>/dev/null) || u=\n"
+        "f=\n"
+        f"for c in {log_words(pattern)}; do\n"
+        '    if [ -f "$c" ] && { [ -z "$f" ] || [ "$c" -nt "$f" ]; }; then f=$c; fi\n'
+        "done\n"
+    )
+
+
 def tail_of(path: str, limit: int) -> str:
-    """The last ``limit`` bytes of ``path``; MISSING when it is not there."""
-    return PRELUDE + (
-        f'f={home_word(path)}\n[ -f "$f" ] || exit {MISSING}\ntail -c {int(limit)} "$f"\n'
+    """The last ``limit`` bytes of the log ``path`` (a Slurm filename pattern: the newest
+    file it names); MISSING when there is none."""
+    return (
+        PRELUDE + newest_log(path) + (f'[ -n "$f" ] || exit {MISSING}\ntail -c {int(limit)} "$f"\n')
     )
 
 
@@ -182,11 +208,14 @@ def pack(
     suffixes: Sequence[str],
     newest_checkpoint: bool,
     extra: Sequence[str],
+    *,
+    log: str = "",
 ) -> str:
     """A tar stream on stdout: the entries ``names`` of the run directory that exist, its
     files ending in ``suffixes`` (plots), the newest ``checkpoints/step-N`` with
-    ``newest_checkpoint``, and the files ``extra`` (absolute paths: the job's log, its
-    script) by their own names. MISSING when none of them is there."""
+    ``newest_checkpoint``, the files ``extra`` (absolute paths: the job's script) by their
+    own names, and the newest file the ``log`` pattern names (``tail_of``) by its name.
+    MISSING when none of them is there."""
     if not all(suffix.isalnum() for suffix in suffixes):
         raise ValueError(f"suffixes must be letters and digits: {suffixes}")
     globs = " ".join(f"*.{suffix}" for suffix in suffixes)
@@ -211,9 +240,35 @@ def pack(
             f'if [ -f {home_word(path)} ]; then set -- "$@" -C {home_word(folder or "/")} '
             f"./{q(name)}; fi"
         )
+    if log:
+        lines += [
+            newest_log(log).rstrip("\n"),
+            'if [ -n "$f" ]; then set -- "$@" -C "$(dirname -- "$f")" "./${f##*/}"; fi',
+        ]
     lines += [f'if [ "$#" -eq 0 ]; then exit {MISSING}; fi', 'exec tar -cf - "$@"']
     return PRELUDE + "\n".join(lines) + "\n"
 
 
 def cancel(job_id: str) -> str:
     return PRELUDE + f"exec scancel {q(job_id)}\n"
+
+
+def sweep_points(directory: str, names: Sequence[str], manifest_limit: int, tail: int) -> str:
+    """For each point ``names`` of the sweep in ``directory``: a line ``point NAME``, then
+    (when there) ``manifest B64`` (its manifest.json, at most ``manifest_limit`` bytes) and
+    ``metrics B64`` (the last ``tail`` bytes of its metrics.jsonl), each base64 on one line;
+    MISSING when the directory is not there."""
+    return PRELUDE + (
+        f"cd {home_word(directory)} 2>/dev/null || exit {MISSING}\n"
+        f"for p in {' '.join(q(name) for name in names)}; do\n"
+        "    printf 'point %s\\n' \"$p\"\n"
+        '    if [ -f "$p/manifest.json" ]; then\n'
+        f"        printf 'manifest '; head -c {int(manifest_limit)} \"$p/manifest.json\" | "
+        "base64 | tr -d '\\n'; echo\n"
+        "    fi\n"
+        '    if [ -f "$p/metrics.jsonl" ]; then\n'
+        f"        printf 'metrics '; tail -c {int(tail)} \"$p/metrics.jsonl\" | "
+        "base64 | tr -d '\\n'; echo\n"
+        "    fi\n"
+        "done\n"
+    )

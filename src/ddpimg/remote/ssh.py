@@ -16,6 +16,8 @@ out connection may be (``ConnectionLost.retryable``).
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -41,18 +43,24 @@ ALIVE_COUNT = 3
 STOP_WAIT_S = 5.0
 _POLL_S = 0.05
 
+# Causes that trying again cannot cure, each known by the whole line ssh writes for it (a
+# pre-login banner is on the same stream: one that mentions "permission denied" must not
+# turn a dropped connection into a refusal). Matched on lines, lower-cased.
 _FIXED = (
-    (("could not resolve hostname", "name or service not known"), "unknown host", False,
-     "check the name, or give it a Host entry with its HostName in ~/.ssh/config"),
-    (("permission denied", "too many authentication failures"), "the login was refused", False,
+    ((r"^ssh: could not resolve hostname ", r": name or service not known$"), "unknown host",
+     False, "check the name, or give it a Host entry with its HostName in ~/.ssh/config"),
+    ((r"^\S*: permission denied \([a-z0-9@.,-]+\)\.?$", r"^permission denied, please try again",
+      r"^received disconnect from .*: too many authentication failures"),
+     "the login was refused", False,
      "`ssh HOST true` must log in without a prompt: load your key into the agent (ssh-add) "
      "or name it with IdentityFile in ~/.ssh/config"),
-    (("host key verification failed", "remote host identification has changed"),
+    ((r"^host key verification failed\.$", r"remote host identification has changed!"),
      "its host key is not the one known", False,
      "connect once with ssh HOST and check the key it shows; ddpimg never accepts a host "
      "key itself"),
-    (("bad configuration option", "unsupported option", "could not open config",
-      "terminating, ", "garbage at end of line"), "ssh's configuration", False,
+    ((r": bad configuration option: ", r": unsupported option ", r"could not open config",
+      r"terminating, \d+ bad configuration options", r"garbage at end of line"),
+     "ssh's configuration", False,
      "fix the line ssh names in ~/.ssh/config (or the file $DDPIMG_SSH_COMMAND names)"),
 )  # fmt: skip
 _RETRYABLE = (
@@ -61,6 +69,37 @@ _RETRYABLE = (
     "kex_exchange_identification", "timeout, server", "not responding", "closed by remote",
     "control socket", "mux_client", "master is not running", "lost connection",
 )  # fmt: skip
+
+
+# The control socket: CONTROL_NAME in a private folder (mkdtemp: CONTROL_PREFIX and 8
+# characters). A Unix socket's path and its NUL must fit sys/un.h's sun_path: 104 bytes on
+# macOS and the BSDs, 108 on Linux; ssh's master first binds PATH.XXXXXXXXXXXXXXXX (16
+# random characters, OpenSSH's mux.c, muxserver_listen) and then renames it to PATH.
+CONTROL_PREFIX = "ddpimg-ssh-"
+CONTROL_NAME = "control"
+SUN_PATH_BYTES = {"linux": 108}
+SUN_PATH_DEFAULT = 104
+_MUX_TEMPORARY = len(".") + 16
+_MKDTEMP_RANDOM = 8
+FALLBACK_PARENT = "/tmp"
+
+
+def control_parent(tmpdir: str, platform: str = sys.platform) -> str:
+    """The folder the control socket's private folder goes into: ``tmpdir`` (the user's
+    temporary directory), unless a socket under it would not fit ``platform``'s
+    ``sun_path`` (macOS's ``$TMPDIR`` is ``/var/folders/xx/<30 characters>/T/``, and a
+    TMPDIR of one's own may be longer): then /tmp, which every Unix has and keeps short."""
+    limit = SUN_PATH_BYTES.get("linux" if platform.startswith("linux") else platform,
+                               SUN_PATH_DEFAULT)  # fmt: skip
+    tail = len(f"/{CONTROL_PREFIX}{'x' * _MKDTEMP_RANDOM}/{CONTROL_NAME}") + _MUX_TEMPORARY
+    for parent in (tmpdir.rstrip("/") or "/", FALLBACK_PARENT):
+        if len(os.fsencode(parent)) + tail < limit:
+            return parent
+    raise DdpimgError(
+        f"the ssh control socket would not fit a Unix socket's {limit} bytes under "
+        f"{printable(tmpdir)} nor {FALLBACK_PARENT}",
+        hint="set TMPDIR to a short directory of your own (TMPDIR=/tmp ddpimg ...)",
+    )
 
 
 def ssh_words(env: Mapping[str, str]) -> list[str]:
@@ -100,8 +139,9 @@ def connection_error(host: str, stderr: str) -> ConnectionLost:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     said = printable(lines[-1][:300]) if lines else "no message"
     lowered = stderr.lower()
-    for needles, what, retryable, hint in _FIXED:
-        if any(needle in lowered for needle in needles):
+    said_lines = [line.lower() for line in lines]
+    for forms, what, retryable, hint in _FIXED:
+        if any(re.search(form, line) for form in forms for line in said_lines):
             return ConnectionLost(
                 f"ssh {host}: {what} (ssh: {said})",
                 hint=hint.replace("HOST", host),
@@ -144,7 +184,7 @@ class SshTransport(ProcessTransport):
     def _socket(self) -> Path:
         if self._dir is None:
             raise RuntimeError("the ssh transport is not connected")
-        return self._dir / "control"
+        return self._dir / CONTROL_NAME
 
     def _options(self) -> list[str]:
         # A host's RemoteCommand or forwardings in the user's config would take the place of
@@ -158,8 +198,9 @@ class SshTransport(ProcessTransport):
         """Open the master connection; ConnectionLost (the reason ssh gave) when it fails."""
         if self._master is not None:
             return
-        # Short: a socket path has at most about 100 bytes.
-        self._dir = Path(tempfile.mkdtemp(prefix="ddpimg-ssh-"))
+        self._dir = Path(
+            tempfile.mkdtemp(prefix=CONTROL_PREFIX, dir=control_parent(tempfile.gettempdir()))
+        )
         errors = (self._dir / "master.err").open("wb")
         batch = [] if self.interactive else ["-o", "BatchMode=yes"]
         argv = [

@@ -84,7 +84,7 @@ def write_stream(
     fresh = {item.object_name for item in new}
     with tarfile.open(fileobj=pipe, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for item in new:
-            with (tree.root / item.path).open("rb") as stream:
+            with tree.local_path(item).open("rb") as stream:
                 info = _entry(f"{incoming}/{item.object_name}", 0o555 if item.executable else 0o444)
                 info.size = os.fstat(stream.fileno()).st_size
                 tar.addfile(info, stream)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
@@ -33,6 +34,7 @@ MAX_BYTES = 16 << 20
 MAX_RUNS = 10_000
 MAX_TEXT = 4096
 MAX_NUMBER = 1000
+_POINT = re.compile(r"[A-Za-z0-9._=+-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,10 @@ class RemoteRun:
     """One submitted run: where it is (``host``; there the submission's directory
     ``job_dir``, the directory the job runs in ``workdir``, its run directory ``run_dir``
     (empty for a command that makes none) and the job's ``log``), what it was, and what was
-    last seen of it (``state``: Slurm's; ``status``: the manifest's; ``steps``, ``loss``)."""
+    last seen of it (``state``: Slurm's; ``status``: the manifest's; ``steps``, ``loss``).
+    A sweep (``ddpimg submit --sweep``) is one array job: ``points`` names its points in
+    the order of their array tasks, ``run_dir`` is the sweep's directory, ``log`` the tasks'
+    log with ``%a`` for the task's id, ``status`` the counts of its points."""
 
     name: str
     host: str
@@ -57,10 +62,16 @@ class RemoteRun:
     status: str = ""
     steps: int | None = None
     loss: float | None = None
+    points: tuple[str, ...] = ()
+
+    @property
+    def is_sweep(self) -> bool:
+        return bool(self.points)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["command"] = list(self.command)
+        data["points"] = list(self.points)
         return data
 
 
@@ -83,10 +94,14 @@ def _entry(path: Path, data: Any) -> RemoteRun:
     values: dict[str, Any] = {}
     for item in fields(RemoteRun):
         value = data.get(item.name)
-        if item.name == "command":
-            if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
-                raise _bad(path, f"entry {printable(str(data.get('name')))}: command is not a list")
-            values["command"] = tuple(value)
+        if item.name in ("command", "points"):
+            if item.name == "points" and value is None:  # recorded before sweeps
+                value = []
+            check = _point_name if item.name == "points" else _string
+            if not isinstance(value, list) or not all(check(w) for w in value):
+                entry = printable(str(data.get("name")))
+                raise _bad(path, f"entry {entry}: {item.name} is not a list of strings")
+            values[item.name] = tuple(value)
         elif item.name == "steps":
             ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
             values["steps"] = value if ok else None
@@ -103,6 +118,17 @@ def _entry(path: Path, data: Any) -> RemoteRun:
     if not values["name"] or "/" in values["name"] or values["name"] == LATEST:
         raise _bad(path, f"an entry's name {printable(values['name'])!r} is not a run name")
     return RemoteRun(**values)
+
+
+def _string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _point_name(value: Any) -> bool:
+    """A sweep's point: one plain directory name (ddpimg.sweep.spec names them so)."""
+    return (
+        isinstance(value, str) and _POINT.fullmatch(value) is not None and value not in (".", "..")
+    )
 
 
 def load(path: Path) -> list[RemoteRun]:

@@ -5,11 +5,14 @@ the job id, and the run's name that ``follow``, ``fetch`` and ``cancel`` take.
 Where the run's files will be is known before the job starts: a bundled trainer without
 ``--out`` writes ``runs/JOBID`` in the directory the job runs in (``ddpimg sbatch`` adds that
 ``--out``), a script ``runs/SCRIPT-JOBID`` there (the submit program points ``DDPIMG_RUNS``
-at it), and an ``--out`` given is taken as given.
+at it), and an ``--out`` given is taken as given. A sweep (``--sweep``) is one array job,
+named ``STEM-sweep-JOBID``: its directory is the ``--out`` the laptop gives its command
+(``runs/SWEEP``), each point's a directory there, each task's log ``%x-%A_%a.out``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -22,24 +25,28 @@ from ddpimg.errors import DdpimgError, printable
 from ddpimg.jobs.command import TRAIN, TrainCommand
 from ddpimg.remote import programs
 from ddpimg.remote.login import LoginNode, parse_facts, remote_said
+from ddpimg.remote.slurm_pattern import fill
 from ddpimg.remote.stage import Staged, stage_tree
 from ddpimg.remote.state import RemoteRun
 from ddpimg.remote.transport import Transport
-from ddpimg.remote.tree import Tree, describe_size
+from ddpimg.remote.tree import Tree, TreeFile, describe_size
 from ddpimg.runs.names import DEFAULT_ROOT, run_name, stem_of, time_tag
 
 DEFAULT_TRAINER = "mnist"
 TRAINER_NAMES = ("mnist", "toy", "resnet", "gpt")
 DEFAULT_LOG = "%x-%j.out"  # ddpimg sbatch's (ddpimg.jobs.fields), with %x the job's name
+ARRAY_LOG = "%x-%A_%a.out"  # an array's (a sweep's)
 DEFAULT_JOB_NAME = "ddpimg"
 SUBMIT_TIMEOUT_S = 180.0
 _JOB_ID = re.compile(r"\d{1,20}")
+ADDON_DIR = ".ddpimg-addons"  # where a submission's add-ons are staged
 
 
 @dataclass(frozen=True)
 class Request:
     """What to submit: ``sbatch_args`` are ``ddpimg sbatch``'s job options as words;
-    ``output`` and ``job_name`` those among them (the log's name), if given."""
+    ``output`` and ``job_name`` those among them (the log's name), if given; ``addons``:
+    the add-on files here (``--addon``), staged with the tree and mounted by the job."""
 
     site: str
     remote_dir: str
@@ -47,6 +54,42 @@ class Request:
     command: tuple[str, ...]
     output: str | None = None
     job_name: str | None = None
+    addons: tuple[str, ...] = ()
+    points: tuple[str, ...] = ()  # a sweep's points, in the order of their array tasks
+
+
+def with_addons(tree: Tree, addons: Sequence[str]) -> Tree:
+    """``tree`` plus each add-on file at ``.ddpimg-addons/NAME.addon.sqsh`` of the submission:
+    staged by content like the rest (a second submit of the same add-on sends nothing), and
+    outside the tree's limits (an add-on is one file the user named)."""
+    from ddpimg.addon.sitepath import mount_name
+    from ddpimg.addon.sources import sha256_of
+    from ddpimg.addon.squashfs import is_squashfs
+
+    extra: list[TreeFile] = []
+    for given in addons:
+        path = Path(given).absolute()
+        name = mount_name(path.name)
+        if not is_squashfs(path):
+            raise DdpimgError(
+                f"--addon {printable(given)}: no add-on file there (a squashfs NAME.addon.sqsh)",
+                hint="give the file ddpimg addon build wrote, on this machine",
+            )
+        extra.append(
+            TreeFile(f"{ADDON_DIR}/{name}.addon.sqsh", sha256_of(path), path.stat().st_size,
+                     executable=False, local=str(path))
+        )  # fmt: skip
+    return dataclasses.replace(tree, files=(*tree.files, *extra))
+
+
+def addon_words(job_dir: str, addons: Sequence[str]) -> list[str]:
+    """``ddpimg sbatch``'s ``--addon`` words for the staged add-ons, on the login node."""
+    from ddpimg.addon.sitepath import mount_name
+
+    return [
+        f"--addon={job_dir}/{ADDON_DIR}/{mount_name(Path(given).name)}.addon.sqsh"
+        for given in addons
+    ]
 
 
 def stem_for(command: Sequence[str]) -> str:
@@ -99,14 +142,36 @@ def run_dir_for(command: Sequence[str], workdir: str, job_id: str) -> str:
     return f"{workdir}/{DEFAULT_ROOT}/{job_id}"
 
 
-def log_for(workdir: str, job_id: str, output: str | None, job_name: str | None) -> str:
-    """The job's log: ``--output``'s pattern with the job's id and name put in (``%j``,
-    ``%A``, ``%x``; Slurm's other patterns are left: follow asks Slurm for the path)."""
-    pattern = (output or DEFAULT_LOG).replace("%%", "\0")
-    for token, value in (("%j", job_id), ("%A", job_id), ("%x", job_name or DEFAULT_JOB_NAME)):
-        pattern = pattern.replace(token, value)
-    path = pattern.replace("\0", "%")
+def log_for(
+    workdir: str, job_id: str, output: str | None, job_name: str | None, array: bool = False
+) -> str:
+    """The job's log, a Slurm filename pattern (``slurm_pattern``): ``--output``'s with the
+    job's id and name put in (``%A``, ``%x``, and ``%j`` but in an array, whose tasks have
+    ids of their own); the others (``%u``, ``%N``) are found on the login node when the log
+    is read (``programs.newest_log``). An array's keeps ``%a``, each task's index."""
+    values = {"A": job_id, "x": job_name or DEFAULT_JOB_NAME}
+    if not array:
+        values["j"] = job_id
+    path = fill(output or (ARRAY_LOG if array else DEFAULT_LOG), values)
     return path if path.startswith("/") else f"{workdir}/{path}"
+
+
+_OUTPUT = re.compile(r"^(?:--output=|-o)(?P<value>.+)$")
+_JOB_NAME = re.compile(r"^(?:--job-name=|-J)(?P<value>.+)$")
+
+
+def log_options(
+    output: str | None, job_name: str | None, sbatch_options: Sequence[str]
+) -> tuple[str | None, str | None]:
+    """The ``--output`` and ``--job-name`` the job gets: ``--sbatch-option``'s (each one
+    word, after ddpimg sbatch's own in the script, so the last of them wins), else those
+    given as ddpimg's options."""
+    for option in sbatch_options:
+        if match := _OUTPUT.match(option):
+            output = match["value"]
+        elif match := _JOB_NAME.match(option):
+            job_name = match["value"]
+    return output, job_name
 
 
 def submission_name(stem: str, now: datetime) -> str:
@@ -131,13 +196,14 @@ def submit(
     staged = stage_tree(transport, tree, request.remote_dir, job)
     say(_staged_words(tree, staged))
     site = [] if login.site_arg is None else ["--site", login.site_arg]
+    addons = addon_words(staged.job_dir, request.addons)
     answer = transport.run(
         programs.submit(
             request.remote_dir,
             job,
             tree.subdir,
             ddpimg=login.ddpimg,
-            sbatch_args=[*site, *request.sbatch_args],
+            sbatch_args=[*site, *request.sbatch_args, *addons],
             command=request.command,
         ),
         "ddpimg sbatch --submit on the login node",
@@ -164,7 +230,8 @@ def submit(
             hint="fix what it says with the matching ddpimg submit option (the same as ddpimg "
             f"sbatch's); the staged tree stays in {request.remote_dir}/{programs.JOBS}/{job}",
         )
-    name = f"{stem}-{job_id}"
+    name = f"{stem}-sweep-{job_id}" if request.points else f"{stem}-{job_id}"
+    array = bool(request.points)
     return RemoteRun(
         name=name,
         host=transport.host,
@@ -172,12 +239,13 @@ def submit(
         job_dir=staged.job_dir,
         workdir=workdir,
         run_dir=run_dir_for(request.command, workdir, job_id),
-        log=log_for(workdir, job_id, request.output, request.job_name),
+        log=log_for(workdir, job_id, request.output, request.job_name, array),
         submitted_utc=now.isoformat(timespec="seconds").replace("+00:00", "Z"),
         site=login.site,
         command=tuple(request.command),
         local_dir=str((local_root / name).absolute()),
         state="SUBMITTED",
+        points=request.points,
     )
 
 

@@ -29,12 +29,14 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class TreeFile:
-    """One file to stage: its path in the tree (``/``-separated), content and mode."""
+    """One file to stage: its path in the tree (``/``-separated), content and mode;
+    ``local``: where it is read from when that is not under the tree's root (an add-on)."""
 
     path: str
     digest: str
     size: int
     executable: bool
+    local: str = ""
 
     @property
     def object_name(self) -> str:
@@ -54,6 +56,10 @@ class Tree:
     @property
     def size(self) -> int:
         return sum(item.size for item in self.files)
+
+    def local_path(self, item: TreeFile) -> Path:
+        """Where ``item``'s content is read from here."""
+        return Path(item.local) if item.local else self.root / item.path
 
     def has(self, path: str) -> bool:
         return any(item.path == path for item in self.files)

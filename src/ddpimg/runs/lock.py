@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LOCK_NAME = ".ddpimg-lock"
@@ -41,3 +43,16 @@ def hold(directory: Path) -> bool:
         return err.errno in _UNSUPPORTED
     _held.append(descriptor)
     return True
+
+
+@contextmanager
+def holding(directory: Path) -> Iterator[bool]:
+    """``hold`` for the length of a block (a sweep's directory, while its points run): the
+    lock is dropped when the block ends. Yields False when another process holds it."""
+    held_before = len(_held)
+    taken = hold(directory)
+    try:
+        yield taken
+    finally:
+        if taken and len(_held) > held_before:
+            os.close(_held.pop())

@@ -31,13 +31,15 @@ UNREADABLE = "unreadable"
 class RunRecord:
     """One run directory as read: ``manifest`` None when missing or unreadable (``problem``
     says which), ``steps`` / ``loss`` from the summary line of a completed run, else from the
-    newest train line (None when there is none)."""
+    newest train line (None when there is none); ``eval_loss`` the summary's, else the
+    newest evaluation's, in the end of metrics.jsonl that is read."""
 
     path: Path
     manifest: Mapping[str, Any] | None
     problem: str | None = None
     steps: int | None = None
     loss: float | None = None
+    eval_loss: float | None = None
 
     @property
     def name(self) -> str:
@@ -89,16 +91,29 @@ def read_run(path: Path) -> RunRecord:
     return RunRecord(path, manifest, None, *_progress(path, manifest))
 
 
-def _progress(path: Path, manifest: Mapping[str, Any] | None) -> tuple[int | None, float | None]:
-    """(steps, loss): the summary's ``steps`` and ``final_loss``, else the newest train
-    line's step and loss, from the end of metrics.jsonl."""
+Progress = tuple[int | None, float | None, float | None]
+
+
+def _progress(path: Path, manifest: Mapping[str, Any] | None) -> Progress:
+    """(steps, loss, eval loss) from the end of metrics.jsonl (``progress_of``)."""
     try:
         text = read_regular(path / METRICS, METRICS_TAIL_BYTES, tail=True)
     except OSError:
-        return None, None
+        return None, None, None
+    return progress_of(text, cut=len(text) == METRICS_TAIL_BYTES)
+
+
+def progress_of(text: bytes, *, cut: bool) -> Progress:
+    """(steps, loss, eval loss) from the end of a metrics.jsonl (``cut``: its first line may
+    be a piece): the summary's ``steps`` and ``final_loss``, else the newest train line's step
+    and loss; the summary's ``eval_loss``, else the newest evaluation's loss (a script's
+    summary has none of its own)."""
     lines = text.split(b"\n")
-    if len(text) == METRICS_TAIL_BYTES:
-        lines = lines[1:]  # the first line may be cut
+    if cut:
+        lines = lines[1:]
+    summary: dict[str, Any] | None = None
+    train: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None
     for line in reversed(lines):
         try:
             record = parse_json(line)
@@ -106,11 +121,25 @@ def _progress(path: Path, manifest: Mapping[str, Any] | None) -> tuple[int | Non
             continue
         if not isinstance(record, dict):
             continue
-        if record.get("kind") == "summary":
-            return _integer(record.get("steps")), _real(record.get("final_loss"))
-        if record.get("kind") == "train":
-            return _integer(record.get("step")), _real(record.get("loss"))
-    return None, None
+        kind = record.get("kind")
+        if kind == "summary":
+            if train is not None or summary is not None:
+                break  # an earlier run's, before this one continued
+            summary = record
+        elif kind == "train" and train is None:
+            train = record
+        elif kind == "eval" and evaluation is None:
+            evaluation = record
+        if train is not None and evaluation is not None:
+            break
+    eval_loss = None if summary is None else _real(summary.get("eval_loss"))
+    if eval_loss is None and evaluation is not None:
+        eval_loss = _real(evaluation.get("loss"))
+    if summary is not None:
+        return _integer(summary.get("steps")), _real(summary.get("final_loss")), eval_loss
+    if train is not None:
+        return _integer(train.get("step")), _real(train.get("loss")), eval_loss
+    return None, None, eval_loss
 
 
 def _integer(value: object) -> int | None:

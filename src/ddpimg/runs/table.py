@@ -36,6 +36,19 @@ class RunRow:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SweepRow(RunRow):
+    """A sweep as one line (``ddpimg.sweep``): ``status`` counts its points, ``loss`` is
+    its best point's (``best``) final eval loss; the JSON adds the counts."""
+
+    kind: str = "sweep"
+    points: int = 0
+    completed: int = 0
+    running: int = 0
+    failed: int = 0
+    best: str | None = None
+
+
 def local_rows(records: Sequence[RunRecord], latest: str | None) -> list[RunRow]:
     """Rows of the runs read from a runs root, by start (a run without one last);
     ``latest``: the name ``runs/latest`` points at."""

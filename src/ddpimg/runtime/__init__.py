@@ -26,7 +26,7 @@ from ddpimg.runtime.fabric import check_fabric_paths
 from ddpimg.runtime.flight_recorder import enable_flight_recorder
 from ddpimg.runtime.interfaces import interface_names, missing_interfaces
 from ddpimg.runtime.mpi_master import broadcast_master_address
-from ddpimg.runtime.rendezvous import Stop, agent_store, join, open_store
+from ddpimg.runtime.rendezvous import Stop, agent_store, join, no_signal, open_store
 from ddpimg.runtime.stall import watch_enabled
 from ddpimg.runtime.stall.watch import NCCL_EXTRA_S
 from ddpimg.runtime.watchdog import collectives_stalled, deadline
@@ -119,7 +119,7 @@ def initialize(
     use_agent_store = agent_store(os.environ)
     enable_flight_recorder(chosen, trace_dir)
     port = rendezvous_port(plan)
-    store = open_store(master, port, topo.rank, timeout_s, use_agent_store)
+    store = open_store(master, port, topo.rank, timeout_s, use_agent_store, stop=stop or no_signal)
     join(
         store,
         rank=topo.rank,
@@ -127,7 +127,7 @@ def initialize(
         hostname=short_hostname(),
         timeout_s=timeout_s,
         host_of_rank=topo.host_of_rank,
-        stop=stop or (lambda: None),
+        stop=stop or no_signal,
     )
     stalled = functools.partial(collectives_stalled, chosen, timeout_s, topo.rank, dict(os.environ))
     watched = stall_watch and chosen == "nccl" and watch_enabled(os.environ, topo.world_size)

@@ -15,7 +15,7 @@ torch still reads; both spellings are set so either torch finds them.
 (torch's documented default, written out so that the bound holds whatever the image's torch
 defaults to) makes the watchdog end the process after the timeout instead of letting it hang;
 a value already set is kept (torchrun sets 1: abort the communicators, then end). Measured on
-an H200 (docs/performance.md, "GPU results"): a watchdog that does not end the process (a
+an H200 (docs/performance-history.md, "GPU results"): a watchdog that does not end the process (a
 hang behind a kernel no NCCL abort stops) leaves the end to its monitor,
 TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (480 s) after the dump.
 

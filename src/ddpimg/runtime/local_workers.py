@@ -9,48 +9,27 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from ddpimg import exitcodes
-from ddpimg.errors import LauncherError
+from ddpimg.endings.workers import LauncherVerdict, WorkerExit, local_verdict
+from ddpimg.errors import LauncherError, report
+from ddpimg.host import short_hostname
 from ddpimg.plan import RANK_VARIABLES, LaunchPlan
+from ddpimg.runtime.run_note import RUN_NOTE_VARIABLE, noted_run, record_verdict
 
 # The signals torch elastic's agent handles (its default) by shutting the workers down.
 ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-# Exit statuses a worker explains itself before it exits ("ddpimg: error: ...", "ddpimg:
-# preempted ...", "ddpimg: interrupted ..."): torch's agent's own line about them
-# ("failed (exitcode: 75) local_rank: 0 ...") would read as a second, worse failure.
-SELF_EXPLAINED = frozenset({
-    exitcodes.USAGE, exitcodes.RENDEZVOUS_FAILED, exitcodes.CHECK_FAILED,
-    exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED,
-})  # fmt: skip
 ELASTIC_PROCESS_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 
 
-class _ExplainedExits(logging.Filter):
-    """Drops the agent's "failed (exitcode: N)" record when N is in SELF_EXPLAINED; an
-    exit the worker did not explain (a crash, a signal, a script's own 1) keeps it."""
+class _AgentVerdicts(logging.Filter):
+    """Drops the agent's own "failed (exitcode: N) local_rank: R" record: the launcher's
+    verdict (``endings.workers``) replaces it, naming the rank, its host, and the signal
+    with its usual cause; the agent's line would read as a second, different ending."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        explained = args[:1] and args[0] in SELF_EXPLAINED
-        return not (str(record.msg).startswith("failed (exitcode: ") and explained)
-
-
-# A worker's status that only follows from another's failure or from outside: the agent
-# stops the other workers once one failed (a preemption signal to them), a rank gives up on
-# a lost one, Ctrl-C. Any other status a worker exits with is its own failure.
-_CONSEQUENCES = (exitcodes.RANK_LOST, exitcodes.PREEMPTED, exitcodes.INTERRUPTED)
-
-
-def launcher_status(codes: list[int]) -> int:
-    """The launcher's exit status from its failed workers' (in rank order): a worker's own
-    failure (1, 2, 3, ...) first, whatever the others then exited with; else a lost rank,
-    then preempted, then interrupted; a worker killed by a signal alone (negative) reads as
-    a failed run."""
-    own = [code for code in codes if code > 0 and code not in _CONSEQUENCES]
-    if own:
-        return own[0]
-    return next((status for status in _CONSEQUENCES if status in codes), exitcodes.TRAINING_FAILED)
+        return not str(record.msg).startswith("failed (exitcode: ")
 
 
 def launch_local_workers(
@@ -113,11 +92,38 @@ def launch_local_workers(
             name for name in ELASTIC_SIGNALS if name.removeprefix("SIG") not in forwarded
         ),
     )
-    logging.getLogger(ELASTIC_PROCESS_LOGGER).addFilter(_ExplainedExits())
+    logging.getLogger(ELASTIC_PROCESS_LOGGER).addFilter(_AgentVerdicts())
+    note = Path(log_dir.name) / "run"
+    os.environ[RUN_NOTE_VARIABLE] = str(note)
     try:
         elastic_launch(config, sys.executable)(*program)
     except ChildFailedError as err:
-        return launcher_status([err.failures[rank].exitcode for rank in sorted(err.failures)])
+        host = short_hostname()
+        # In the order the agent saw them end (endings.workers says why that matters).
+        exits = [
+            WorkerExit(rank, failure.exitcode, failure.pid, host, failure.timestamp)
+            for rank, failure in err.failures.items()
+        ]
+        verdict = local_verdict(exits, script=_runs_script(program))
+        _tell(verdict, noted_run(note))
+        return verdict.status
     finally:
+        os.environ.pop(RUN_NOTE_VARIABLE, None)
         log_dir.cleanup()
     return exitcodes.OK
+
+
+def _runs_script(program: Sequence[str]) -> bool:
+    return "ddpimg.script.boot" in program or "--script" in program
+
+
+def _tell(verdict: LauncherVerdict, run: Path | None) -> None:
+    """The launcher's last word: its verdict in the run's manifest.json, then on stderr."""
+    if run is not None:
+        record_verdict(run, verdict)
+    if verdict.message is None:
+        return
+    if verdict.error:
+        report(verdict.message, hint=verdict.hint)
+    else:
+        print(f"ddpimg: {verdict.message}", file=sys.stderr, flush=True)

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import RendezvousError, StartStopped
+from ddpimg.runtime.interruptible import heeding
 
 if TYPE_CHECKING:
     # The public name torch.distributed.Store is a re-export mypy does not see.
@@ -46,7 +47,7 @@ POLL_S = 0.5
 Stop = Callable[[], "str | None"]
 
 
-def _never() -> str | None:
+def no_signal() -> str | None:
     return None
 
 
@@ -62,12 +63,16 @@ def open_store(
     rank: int,
     timeout_s: float,
     use_agent_store: bool,
+    *,
+    stop: Stop = no_signal,
 ) -> Store:
-    """Rank 0 hosts the store (unless torchrun's agent already does); others connect."""
+    """Rank 0 hosts the store (unless torchrun's agent already does); others connect, as
+    long as it takes rank 0 to start (``timeout_s``), hearing ``stop`` meanwhile."""
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public, re-exported
 
     is_server = rank == 0 and not use_agent_store
-    try:
+
+    def connect() -> Store:
         listening = listen_socket(master_addr, master_port) if is_server else None
         return TCPStore(
             master_addr,
@@ -78,6 +83,13 @@ def open_store(
             multi_tenant=True,
             master_listen_fd=None if listening is None else listening.detach(),
         )
+
+    try:
+        if is_server:  # listens at once
+            return connect()
+        return heeding(connect, lambda: stopped_start(stop, rank), POLL_S)
+    except StartStopped:
+        raise
     except Exception as err:  # TCPStore raises DistNetworkError / DistStoreError / RuntimeError
         if is_server:
             raise RendezvousError(
@@ -138,7 +150,7 @@ def join(
     hostname: str,
     timeout_s: float,
     host_of_rank: Callable[[int], str | None],
-    stop: Stop = _never,
+    stop: Stop = no_signal,
 ) -> None:
     """Check in, and on rank 0 wait for everyone. Raises RendezvousError on every arrived rank
     when someone is missing at the deadline. Every wait looks at ``stop`` twice a second: a
@@ -158,14 +170,14 @@ def join(
         raise RendezvousError(verdict, hint=_MISSING_HINT)
 
 
-def _stopped(stop: Stop, rank: int) -> None:
+def stopped_start(stop: Stop, rank: int, where: str = "the ranks were meeting") -> None:
+    """Raise ``StartStopped`` if a preemption signal arrived (``stop``) while ``where``."""
     received = stop()
     if received is not None:
         raise StartStopped(
-            f"rank {rank}: {received} arrived while the ranks were meeting, before the first "
-            "step: nothing to save",
-            hint="the job can be requeued (ddpimg sbatch's script does); the same command "
-            "continues from the last checkpoint",
+            f"{received} arrived while {where}, before the first step: nothing to save (the "
+            "job can be requeued; the same command starts from the last checkpoint)",
+            rank=rank,
         )
 
 
@@ -175,7 +187,7 @@ def _wait_for_verdict(store: Store, rank: int, limit_s: float, stop: Stop) -> st
     deadline = time.monotonic() + limit_s
     try:
         while not store.check([VERDICT_KEY]):
-            _stopped(stop, rank)
+            stopped_start(stop, rank)
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"no verdict after {limit_s:g} s")
             time.sleep(POLL_S)
@@ -209,7 +221,7 @@ def _wait_for_all(
     world_size: int,
     timeout_s: float,
     host_of_rank: Callable[[int], str | None],
-    stop: Stop = _never,
+    stop: Stop = no_signal,
 ) -> str:
     start = time.monotonic()
     deadline = start + timeout_s
@@ -219,7 +231,7 @@ def _wait_for_all(
         joined = store.add(JOINED_COUNTER, 0)
         if joined >= world_size:
             return VERDICT_OK
-        _stopped(stop, 0)
+        stopped_start(stop, 0)
         now = time.monotonic()
         if now >= deadline:
             break

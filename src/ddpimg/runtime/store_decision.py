@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from ddpimg import errors
 from ddpimg.errors import DdpimgError, RendezvousError, report
+from ddpimg.runtime.interruptible import heeding
+from ddpimg.runtime.rendezvous import POLL_S, Stop, no_signal, stopped_start
 from ddpimg.runtime.store_auth import RecordSeal
 
 if TYPE_CHECKING:
@@ -54,12 +56,14 @@ def decided_by_rank0(
     world_size: int,
     timeout_s: float,
     decide: Callable[[], str],
+    stop: Stop = no_signal,
 ) -> str:
     """What ``decide`` returns on rank 0 (text), on every rank, through the store under
     ``name``. Collective. A DdpimgError in ``decide`` is raised on every rank; rank 0 raises
     it once the others have read it (or ``timeout_s`` has passed). Any other exception is
     raised as itself on rank 0 and as a RuntimeError naming it on the others, which end
-    instead of waiting for a decision that never comes."""
+    instead of waiting for a decision that never comes. A preemption signal (``stop``)
+    ends the other ranks' wait (``StartStopped``)."""
     seal = RecordSeal(key)
     if rank == 0:
         try:
@@ -77,7 +81,11 @@ def decided_by_rank0(
             raise
         store.set(name, seal.seal(name, json.dumps({"value": value})))
         return value
-    store.wait([name], timedelta(seconds=timeout_s))
+    heeding(
+        lambda: store.wait([name], timedelta(seconds=timeout_s)),
+        lambda: stopped_start(stop, rank, "rank 0 decided where the run goes"),
+        POLL_S,
+    )
     text = seal.open(name, store.get(name))
     if text is None:
         raise RendezvousError(

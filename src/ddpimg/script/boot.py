@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from ddpimg import exitcodes
 from ddpimg.errors import DdpimgError, RankLostError, report
+from ddpimg.run_files import MANIFEST, METRICS
 from ddpimg.runtime.deepspeed_shm import release_buffers
+from ddpimg.runtime.rendezvous import stopped_start
 from ddpimg.runtime.store_decision import decided_by_rank0
 from ddpimg.script import library_errors
 from ddpimg.script.options import ScriptOptions
@@ -91,7 +93,7 @@ def _meet(
 
     agent = agent_store(os.environ)
     master, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    store = open_store(master, port, rank, options.timeout_s, agent)
+    store = open_store(master, port, rank, options.timeout_s, agent, stop=stop)
     hosts = list(options.run_info.get("hosts", []))
     per_node = world_size // len(hosts) if hosts and world_size % len(hosts) == 0 else 0
     join(
@@ -217,6 +219,11 @@ class Boot:
         self.rank, self.world_size, self.local_world_size = _world()
         self.store: Store | None = None
         self.runtime: ScriptRuntime | None = None
+        self._late: _LateSignals | None = None
+
+    def _stop(self) -> str | None:
+        """The preemption signal received so far, if any (the boot's waits look at it)."""
+        return None if self.runtime is None else self.runtime.preemption.received
 
     def start(self, path: str, args: list[str]) -> ScriptRuntime:
         options = self.options
@@ -229,10 +236,9 @@ class Boot:
             _publish_master(options)
         key = None
         if self.world_size > 1:
-            self.store = _meet(
-                options, self.rank, self.world_size, lambda: runtime.preemption.received
-            )
+            self.store = _meet(options, self.rank, self.world_size, self._stop)
             key = _job_key(options, self.store, self.rank, self.world_size)
+            stopped_start(self._stop, self.rank)
         self._settle_run(runtime, path, args, key, threads)
         options = self.options
         watch = _watch(options, self.rank, self.world_size, key)
@@ -274,7 +280,7 @@ class Boot:
         else:
             text = decided_by_rank0(
                 self.store, RUN_KEY, key, rank=self.rank, world_size=self.world_size,
-                timeout_s=options.timeout_s, decide=decide,
+                timeout_s=options.timeout_s, decide=decide, stop=self._stop,
             )  # fmt: skip
         decision = json.loads(text)  # sealed with the job's key: rank 0 wrote it
         self.options = runtime.options = dataclasses.replace(options, out=decision["out"])
@@ -290,6 +296,11 @@ class Boot:
         try:
             return self._outcome(runtime, path)
         finally:
+            # Ignored, not handled, from here to the end: the interpreter puts back the
+            # default action (death) of a signal with a handler as it shuts down, and a
+            # launcher that saw another rank end first signals this one then.
+            for sig in runtime.preemption.signals:
+                signal.signal(sig, signal.SIG_IGN)
             # DeepSpeed's CPU op leaves each rank's all-reduce segment in /dev/shm (69 MB,
             # ddpimg.runtime.deepspeed_shm). Every rank mapped every other's inside its
             # init_distributed, so once the script is over this rank's name is not needed.
@@ -300,14 +311,19 @@ class Boot:
         """Run the script at ``path``; how it ended, as this rank's exit status."""
         try:
             try:
+                runtime.begin_script()
                 runpy.run_path(path, run_name="__main__")
             finally:
                 # The script is over, whichever way: a preemption signal from now on (the
                 # launcher stopping this worker because another one failed, or a job near
                 # its time limit) must not turn this ending into another, half recorded.
-                for sig in runtime.preemption.signals:
-                    signal.signal(sig, signal.SIG_IGN)
+                self._late = _LateSignals(runtime.preemption.signals)
         except ScriptPreempted as stop:
+            if stop.checkpoint is None:
+                # Nothing acted on it: no collective agreed that every rank stops.
+                lost = self._lost_instead(runtime, stop.cause)
+                if lost is not None:
+                    return lost
             where = (
                 f"checkpoint {stop.checkpoint}"
                 if stop.checkpoint
@@ -328,9 +344,19 @@ class Boot:
 
     def _completed(self, runtime: ScriptRuntime) -> int:
         _release_process_group()
-        if runtime.record is not None:
-            runtime.record.write(runtime.summary_record())
-        return self._end(runtime, "completed", exitcodes.OK)
+        record = runtime.record
+        if record is not None:
+            record.write(runtime.summary_record())
+        status = self._end(runtime, "completed", exitcodes.OK)
+        if record is not None:
+            # The line a trainer's run ends with too: how it ended, where its record is.
+            out = record.out
+            print(
+                f"ddpimg: completed; metrics: {out / METRICS}, manifest: {out / MANIFEST}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return status
 
     def _exited(self, runtime: ScriptRuntime, done: SystemExit) -> int:
         code = done.code
@@ -345,6 +371,9 @@ class Boot:
             # ddpimg.preemption_requested() said stop (or the script's own handler did):
             # the script saved what it keeps.
             cause = runtime.preemption.received or "the script's own exit status 75"
+            lost = self._lost_instead(runtime, cause)
+            if lost is not None:
+                return lost
             checkpoint = _last_checkpoint(runtime)
             where = f"checkpoint {checkpoint}" if checkpoint else "its own checkpoint"
             return self._preempted(runtime, cause, runtime.steps, where)
@@ -373,15 +402,27 @@ class Boot:
             )
         return self._end(runtime, "preempted", exitcodes.PREEMPTED)
 
+    def _lost_instead(self, runtime: ScriptRuntime, cause: str) -> int | None:
+        """A preemption signal ended the script: with the stall watch, the ranks' records
+        say whether every rank stopped for it (None: a preemption) or one of them was lost
+        and the signal only the launcher stopping the survivors (this rank's exit status
+        as a lost rank's survivor)."""
+        watch = runtime.watch
+        lost = watch.preempted(cause) if watch is not None else None
+        return None if lost is None else self._lost(runtime, lost)
+
+    def _lost(self, runtime: ScriptRuntime, lost: RankLostError) -> int:
+        report(lost)
+        if runtime.record is not None:
+            _finish_lost(runtime.record, lost)
+        self._stop_watch(runtime)
+        return exitcodes.for_error(lost)
+
     def _failed(self, runtime: ScriptRuntime, err: BaseException) -> int:
         watch = runtime.watch
         lost = watch.explain(err) if watch is not None and isinstance(err, Exception) else None
         if lost is not None:
-            report(lost)
-            if runtime.record is not None:
-                _finish_lost(runtime.record, lost)
-            self._stop_watch(runtime)
-            return exitcodes.for_error(lost)
+            return self._lost(runtime, lost)
         err = library_errors.explained(err) or err
         if isinstance(err, DdpimgError):
             report(err)
@@ -394,22 +435,23 @@ class Boot:
     def _end(
         self, runtime: ScriptRuntime, status: str, exit_status: int, error: str | None = None
     ) -> int:
-        # The script is over: a preemption signal still on its way (the job ended close to
-        # its time limit) must not turn this ending into another.
-        for sig in runtime.preemption.signals:
-            signal.signal(sig, signal.SIG_IGN)
-        if self.rank == 0 and runtime.watch is not None and _hosts_store():
-            # Rank 0's store holds every rank's record: it stays until the others have read
-            # how this rank ended (a rank that failed too must find this one failed, not the
-            # store gone, which would read as a lost rank). After a failure only briefly:
-            # this process keeps the script's connections open, and a rank waiting in a
-            # collective learns of the failure when they close.
-            watch = runtime.watch
-            watch.linger(self.options.timeout_s if status == "completed" else watch.limits.grace_s)
-        self._stop_watch(runtime)
+        # Recorded first: the linger below may be cut short by the scheduler's SIGKILL.
         if runtime.record is not None:
             runtime.record_progress(final=True)
             runtime.record.finish(status, exit_status, error)
+        if self.rank == 0 and runtime.watch is not None and _hosts_store():
+            # Rank 0's store holds every rank's record: it stays until the others have read
+            # how this rank ended (a rank that failed too must find this one failed, not the
+            # store gone, which would read as a lost rank). After a failure only briefly: a
+            # rank waiting for this one in a collective reads its failure within a few
+            # heartbeats (the stall watch's failure look), or when this process's
+            # connections close. A preemption signal now (the job at its time limit) ends
+            # the wait: the ending is decided already.
+            watch = runtime.watch
+            late = self._late or _LateSignals(runtime.preemption.signals)
+            limit = self.options.timeout_s if status == "completed" else watch.limits.grace_s
+            watch.linger(limit, leave=late.arrived)
+        self._stop_watch(runtime)
         sys.stdout.flush()
         sys.stderr.flush()
         return exit_status
@@ -418,6 +460,24 @@ class Boot:
     def _stop_watch(runtime: ScriptRuntime) -> None:
         if runtime.watch is not None:
             runtime.watch.stop()
+
+
+class _LateSignals:
+    """The preemption signals once the script is over: noted (``arrived``), never acted on.
+    A job near its time limit may still get one on its way out; it must neither kill this
+    process (a completed run would read as a failed step) nor turn the ending the script
+    reached into another."""
+
+    def __init__(self, signals: tuple[signal.Signals, ...]) -> None:
+        self.name: str | None = None
+        for sig in signals:
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, _frame: object) -> None:
+        self.name = signal.Signals(signum).name
+
+    def arrived(self) -> bool:
+        return self.name is not None
 
 
 def _last_checkpoint(runtime: ScriptRuntime) -> str | None:
@@ -463,8 +523,7 @@ def main(argv: list[str]) -> int:
         boot = Boot(options)
         boot.start(path, args)
     except DdpimgError as err:
-        report(err)
-        return exitcodes.for_error(err)
+        return exitcodes.tell(err)
     return boot.run(path, args)
 
 

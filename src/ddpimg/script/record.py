@@ -24,18 +24,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ddpimg.addon.mounted import addon_records
+from ddpimg.buildinfo import image_identity
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
 from ddpimg.script.options import RESUME_NONE
 from ddpimg.trackers.settings import TrackerOptions
-from ddpimg.train.outputs import (
-    MetricsWriter,
-    RunRecorder,
-    collect_versions,
-    image_identity,
-    utc_now,
-)
+from ddpimg.train.outputs import MetricsWriter, RunRecorder, collect_versions, utc_now
 from ddpimg.train.progress import Progress
 from ddpimg.untrusted import parse_json, read_json, read_lines
 
@@ -190,6 +186,7 @@ class ScriptRecord:
             "run_info": dict(run_info),
             "versions": versions,
             "image": image_identity(versions["image"]),
+            "addons": addon_records(env),
             "outputs": {},
             "continues": None,
         }

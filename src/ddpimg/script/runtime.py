@@ -55,7 +55,10 @@ class ScriptPreempted(BaseException):
 
 
 class _Signals(PreemptionWatch):
-    """The preemption flag, escalated to ``ScriptPreempted`` when no consumer listens."""
+    """The preemption flag, escalated to ``ScriptPreempted`` when no consumer listens while
+    the script runs. Before it runs (the boot's rendezvous and decisions) the flag alone is
+    set: the boot's waits look at it and end with ``StartStopped`` (one line, status 75),
+    never with an exception out of the middle of its own code."""
 
     def __init__(self, runtime: ScriptRuntime, signals: Iterable[str], check_every: int) -> None:
         super().__init__(signals, check_every)
@@ -64,7 +67,7 @@ class _Signals(PreemptionWatch):
     def _record(self, signum: int, frame: FrameType | None) -> None:
         first = self.received is None
         super()._record(signum, frame)
-        if first and not self._runtime.consumers:
+        if first and self._runtime.script_running and not self._runtime.consumers:
             raise ScriptPreempted(str(self.received), self._runtime.steps, None)
 
 
@@ -84,6 +87,7 @@ class ScriptRuntime:
         self.progress = RankProgress()
         self.preemption = _Signals(self, options.preempt_signals, options.preempt_check_every)
         self.consumers: set[str] = set()
+        self.script_running = False  # set by the boot as the script's first line runs
         self.steps = 0  # optimizer steps this process has taken (or a framework's count)
         self.counted_by_framework = False  # ``steps`` is a framework's own count
         self._progress_at = float("-inf")
@@ -167,6 +171,13 @@ class ScriptRuntime:
             self.record.update(outputs=self.record.manifest["outputs"] | {framework: path})
 
     # -- preemption --------------------------------------------------------------------------
+
+    def begin_script(self) -> None:
+        """The script starts: from now on a preemption signal that no consumer acts on ends
+        it at once; one that arrived during the boot ends it before its first line."""
+        self.script_running = True
+        if self.preemption.received is not None and not self.consumers:
+            raise ScriptPreempted(self.preemption.received, self.steps, None)
 
     def acting(self, consumer: str, active: bool = True) -> None:
         """``consumer`` starts (or stops) acting on preemption; a signal that arrived while

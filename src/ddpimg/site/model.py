@@ -26,6 +26,7 @@ class JobDefaults:
     gpu_vendor: str = "nvidia"  # "nvidia" -> apptainer --nv ; "amd" -> --rocm
     constraint: str = ""  # --constraint, for sites that pick GPU nodes by feature (Perlmutter: gpu)
     binds: tuple[str, ...] = ()
+    addons: tuple[str, ...] = ()  # add-on files every job of the site mounts (ddpimg addon)
     gpu_types: tuple[str, ...] = ()  # the site's Slurm GPU type names, exactly (case and all)
     max_gpus_per_node: int = 0  # the largest GPU node; 0: gpus_per_node
     max_gpus_constraint: str = ""  # the --constraint that selects those largest nodes

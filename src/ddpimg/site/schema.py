@@ -262,6 +262,7 @@ SCHEMA: dict[str, Key] = {
     "job.gpu_vendor": Key(STRING, "job.gpu_vendor", choices=("nvidia", "amd")),
     "job.constraint": Key(STRING, "job.constraint"),
     "job.binds": Key(STRING_LIST, "job.binds", check=_no_empty_items),
+    "job.addons": Key(STRING_LIST, "job.addons", check=_no_empty_items),
     "job.gpu_types": Key(STRING_LIST, "job.gpu_types", check=_no_empty_items),
     "job.max_gpus_per_node": Key(INTEGER, "job.max_gpus_per_node", check=_at_least(0)),
     "job.max_gpus_constraint": Key(STRING, "job.max_gpus_constraint"),

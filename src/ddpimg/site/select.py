@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import ddpimg
 from ddpimg.cleanenv import matches_pattern
 from ddpimg.errors import ProfileError
 from ddpimg.site.load import load_profile
@@ -55,7 +54,9 @@ def shipped_profile_dir() -> Path | None:
     A source checkout or editable install has them at ``<repo>/site-profiles``; a regular
     install has them under ``<prefix>/share/ddpimg/site-profiles``.
     """
-    package_dir = Path(ddpimg.__file__).resolve().parent
+    # The ddpimg package's directory (this file is ddpimg/site/select.py), found without
+    # reading the package root.
+    package_dir = Path(__file__).resolve().parents[1]
     for parent in package_dir.parents[:_CHECKOUT_LEVELS]:
         candidate = parent / SHIPPED_DIR_NAME
         if (candidate / f"{DEFAULT_PROFILE}.toml").is_file():

@@ -81,6 +81,7 @@ def run_training(
     strategy = strategy_spec.factory(config, ctx, batch)
     watch = open_watch(ctx, short_hostname())
     recorder: RunRecorder | None = None
+    stop: Preempted | None = None
     try:
         with _watching(watch):
             resume = resolve_resume(config, ctx, batch, sys.stderr, task.fingerprint())
@@ -96,8 +97,21 @@ def run_training(
                 config, ctx, task, strategy, recorder, batch=batch,
                 resume=resume, preemption=preemption, progress=progress,
             )  # fmt: skip
-            summary = run.run()
-    except Preempted as stop:
+            try:
+                summary = run.run()
+            except Preempted as preempted:
+                stop = preempted
+            _final_barrier(ctx)
+        if watch is not None:
+            _serve_until_the_others_end(watch)
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            # A second Ctrl-C must not stop the manifest from recording the first.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if recorder is not None:
+            _record_failure(recorder, err)
+        raise
+    if stop is not None:
         if recorder is not None:
             print(
                 f"ddpimg: {stop}; exit status {exitcodes.PREEMPTED} (run again with "
@@ -112,18 +126,24 @@ def run_training(
             }
             recorder.finish("preempted", exitcodes.PREEMPTED)
         return exitcodes.PREEMPTED
-    except BaseException as err:
-        if isinstance(err, KeyboardInterrupt):
-            # A second Ctrl-C must not stop the manifest from recording the first.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if recorder is not None:
-            _record_failure(recorder, err)
-        raise
     if recorder is not None:
         recorder.summary(summary.to_json())
         recorder.finish("completed", 0)
         print(_where_it_went(recorder.out), file=sys.stderr, flush=True)
     return exitcodes.OK
+
+
+def _final_barrier(ctx: DistContext) -> None:
+    """Every rank meets here, under the stall watch, before rank 0 records how the run
+    ended: a rank lost at the very end (killed after its last step) is then a lost rank,
+    named, like one lost mid-run, and the record never says "completed" for a run whose
+    launcher reports a rank killed. After it no rank uses the others' connections, so
+    tearing the process group down cannot cut a peer off mid-operation. A preemption
+    signal here changes nothing: the run's work and its last checkpoint are done."""
+    if ctx.world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def _where_it_went(out: Path) -> str:
@@ -159,11 +179,22 @@ def _watching(watch: StallWatch | None) -> Iterator[None]:
             raise lost from err
 
 
+def _serve_until_the_others_end(watch: StallWatch) -> None:
+    """Rank 0 that serves the store, after the final barrier: the others publish their
+    last record there as they leave it; wait for it (bounded), so that none finds the store
+    gone on its way out."""
+    from ddpimg.runtime.rendezvous import agent_store
+
+    if watch.rank == 0 and not agent_store(os.environ):
+        watch.linger(watch.limits.grace_s)
+
+
 def _linger_if_host(watch: StallWatch) -> None:
     """Rank 0 that serves the store and failed on its own: the ranks that fail as it did
     must read that (exit status 1, as this one's), not find the store gone (a lost rank,
-    5). Briefly (the grace of a judgement): a rank waiting in a collective learns of the
-    failure only when this process's connections close."""
+    5). A rank waiting for it in a collective reads it from the store within a heartbeat
+    or two (``StallWatch``'s failure look); the store serves until the others have ended,
+    bounded by the grace of a judgement."""
     from ddpimg.runtime.rendezvous import agent_store
 
     if watch.rank == 0 and not agent_store(os.environ):

@@ -22,6 +22,9 @@ learning-rate schedule steps and a checkpoint is written.
 written there keeps the position inside that epoch (its evaluation and schedule step are
 still to come), and then the current model is evaluated and reported: a later run with a
 larger ``--max-steps`` continues exactly where this one stopped, as if never interrupted.
+A run that stops inside its first epoch (a smoke run, ``--max-steps 1``) evaluates at most
+``SHORT_RUN_EVAL_SAMPLES`` samples spread over the set unless ``--eval-samples`` says
+otherwise (``TrainConfig.eval_count``); its eval line and record say how many of how many.
 
 Checkpoints (``ddpimg.train.checkpoint``): after every epoch, every ``--checkpoint-every``
 steps, at a ``--max-steps`` stop and when the ranks agree on a preemption signal (then
@@ -163,6 +166,8 @@ class Trainer:
         self.total_steps = config.epochs * self.shard.steps_per_epoch
         if config.max_steps:
             self.total_steps = min(self.total_steps, config.max_steps)
+        short = self.total_steps < self.shard.steps_per_epoch
+        self.eval_samples = config.eval_count(len(self.eval_set), short=short)
         self.profiler = self._profiler()
 
         self.dropout = DropoutContext(config.seed)
@@ -178,6 +183,7 @@ class Trainer:
         # Compiling is lazy: this only marks the module; the first steps compile.
         self.compiling = CompileClock() if config.compile else None
         if config.compile:
+            self.dropout.keep_outside_graphs()
             strategy.compile(config.compile_backend or DEFAULT_BACKEND)
         startup.mark("model")
 
@@ -357,19 +363,22 @@ class Trainer:
             self.compiling.take()
         if self.recorder is not None:
             self.recorder.eval(
-                self.epoch, self.eval_loss, self.eval_accuracy, samples=len(self.eval_set),
-                step=self.step,
+                self.epoch, self.eval_loss, self.eval_accuracy, samples=self.eval_samples,
+                set_samples=len(self.eval_set), step=self.step,
             )  # fmt: skip
 
     def evaluate(self) -> tuple[float, float]:
-        """Mean loss and accuracy over the whole evaluation set, each rank doing its shard;
-        the samples evaluated are counted too, and must be the set, each sample once."""
+        """Mean loss and accuracy over the ``eval_samples`` evaluated (the whole set, or a
+        short run's part of it), each rank doing its shard; the samples evaluated are
+        counted too, and must be those, each once."""
         self.model.eval()
         progress = self.progress
         progress.enter(EVAL, self.step)
         ctx = self.ctx
-        size = len(self.eval_set)
-        shard = EvalShard(size, self.task.eval_batch_size, ctx.rank, ctx.world_size)
+        size = self.eval_samples
+        shard = EvalShard(
+            size, self.task.eval_batch_size, ctx.rank, ctx.world_size, len(self.eval_set)
+        )
         totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)
         batches = self.eval_set.batches(shard.plan())
         with torch.no_grad(), contextlib.closing(batches):
@@ -384,7 +393,7 @@ class Trainer:
         dist.all_reduce(totals)
         loss_sum, correct, counted = totals.tolist()
         if counted != size:
-            raise RuntimeError(f"the ranks evaluated {counted:.0f} samples of a set of {size}")
+            raise RuntimeError(f"the ranks evaluated {counted:.0f} samples, not {size}")
         return loss_sum / size, correct / size
 
     def save(self, reason: str) -> Path:

@@ -5,19 +5,16 @@ the default the trainer applies when it is left out, and its checks; the command
 (``ddpimg.cli.train_options``), the checks on construction and the checkpoint fingerprint
 (which options may change on resume) are derived from the fields. A field is None unless
 its flag was given, so that manifest.json's ``arguments`` keep saying what was asked for.
-Imports neither torch nor any trainer.
+Imports neither torch, nor any trainer, nor ``ddpimg.train.config`` (which imports this module).
 """
 
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ddpimg.errors import DdpimgError
-
-if TYPE_CHECKING:
-    from ddpimg.train.config import TrainConfig
 
 _FLAG = "ddpimg.flag"
 # The value types a flag can carry: bool fields are ``--flag`` / ``--no-flag``.
@@ -86,6 +83,14 @@ def check_at_least(flag: str, value: int | None, minimum: int, hint: str) -> Non
         raise DdpimgError(f"{flag} must be at least {minimum}, got {value}", hint=hint)
 
 
+class HoldsOptions(Protocol):
+    """What holds a trainer's options: a ``TrainConfig`` (``ddpimg.train.config``, which
+    imports this module, not the other way round)."""
+
+    @property
+    def options(self) -> TrainerOptions: ...
+
+
 @dataclass(frozen=True)
 class TrainerOptions:
     """The options of one trainer; this class itself: a trainer without options of its own
@@ -111,7 +116,7 @@ class TrainerOptions:
         of their own (DdpimgError naming the flag)."""
 
     @classmethod
-    def of(cls: type[_Options], config: TrainConfig) -> _Options:
+    def of(cls: type[_Options], config: HoldsOptions) -> _Options:
         """``config``'s options as this trainer's (``cls()`` when ``config`` was made
         without any)."""
         options = config.options

@@ -21,13 +21,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import ddpimg
+from ddpimg.addon.mounted import addon_records
+from ddpimg.buildinfo import image_identity, read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
+from ddpimg.runtime.run_note import tell_launcher
 from ddpimg.train.progress import Progress
 from ddpimg.train.tasks import arguments_json
-from ddpimg.untrusted import MIB, BadInput, read_json, read_lines
+from ddpimg.untrusted import BadInput, read_lines
+from ddpimg.version import __version__
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -35,10 +38,6 @@ if TYPE_CHECKING:
     from ddpimg.train.batch import BatchLayout
     from ddpimg.train.checkpoint import Resume
     from ddpimg.train.config import TrainConfig
-
-BUILD_INFO_VARIABLE = "DDPIMG_BUILD_INFO"
-BUILD_INFO_DEFAULT = "/etc/ddpimg/build-info.json"
-BUILD_INFO_LIMIT = MIB  # the image's build facts: a few KiB
 
 
 def utc_now() -> str:
@@ -61,40 +60,6 @@ def _first_lines(path: Path, count: int) -> list[str]:
     return lines
 
 
-def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The image's build info (JSON) from ``$DDPIMG_BUILD_INFO`` or the image's default
-    path; None outside the image. Never fails: an unreadable file is recorded as an error."""
-    path = Path(env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT)
-    if not path.exists():
-        return None
-    try:
-        content = read_json(path, BUILD_INFO_LIMIT)
-    except (OSError, ValueError) as err:
-        return {"path": str(path), "error": f"unreadable: {err}"}
-    if not isinstance(content, dict):
-        return {
-            "path": str(path),
-            "error": f"expected a JSON object, found {type(content).__name__}",
-        }
-    return content
-
-
-def image_identity(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """manifest.json's ``image``: which image the run ran in, at a glance (two runs with one
-    ``tree_digest`` ran in the same Python environment and ddpimg): the flavour, the pip and
-    Debian locks and the tree digest of its build record (``ddpimg doctor --verify``
-    recomputes it); None outside ddpimg's image or with an unreadable record."""
-    if info is None or "error" in info:
-        return None
-    tree = info.get("tree")
-    return {
-        "flavour": info.get("flavour"),
-        "lock": info.get("lock"),
-        "apt_lock": info.get("apt_lock"),
-        "tree_digest": tree.get("digest") if isinstance(tree, Mapping) else None,
-    }
-
-
 def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
     """Versions of everything that decides the numbers a run produces."""
     import torch
@@ -115,7 +80,7 @@ def collect_versions(env: Mapping[str, str]) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "nccl": nccl,
         "deepspeed": deepspeed,
-        "ddpimg": ddpimg.__version__,
+        "ddpimg": __version__,
         "image": read_build_info(env),
     }
 
@@ -196,6 +161,8 @@ class RunRecorder:
         sink = None if trackers is None else trackers.record
         self.metrics = MetricsWriter(out / METRICS, keep_metrics_lines, sink)
         write_json_atomic(out / MANIFEST, manifest)
+        # train --nproc-per-node's launcher writes its verdict into this manifest too.
+        tell_launcher(out)
 
     @classmethod
     def start(
@@ -231,6 +198,7 @@ class RunRecorder:
             "run_info": ctx.run_info,
             "versions": versions,
             "image": image_identity(versions["image"]),
+            "addons": addon_records(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }
         resumed = resume is not None and resume.in_out
@@ -282,15 +250,26 @@ class RunRecorder:
         self.progress.train(step, epoch, loss, samples_per_s)
 
     def eval(
-        self, epoch: int, loss: float, accuracy: float, *, samples: int, step: int | None = None
+        self,
+        epoch: int,
+        loss: float,
+        accuracy: float,
+        *,
+        samples: int,
+        set_samples: int | None = None,
+        step: int | None = None,
     ) -> None:
-        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples, after
-        ``step`` optimizer steps."""
+        """An eval line: the mean loss and accuracy over ``samples`` evaluated samples of an
+        evaluation set of ``set_samples`` (the same number when None), after ``step``
+        optimizer steps."""
         record: dict[str, Any] = {"kind": "eval", "epoch": epoch}
         if step is not None:
             record["step"] = step
-        self.metrics.write(record | {"loss": loss, "accuracy": accuracy, "samples": samples})
-        self.progress.eval(epoch, loss, accuracy)
+        of = samples if set_samples is None else set_samples
+        self.metrics.write(
+            record | {"loss": loss, "accuracy": accuracy, "samples": samples, "set_samples": of}
+        )
+        self.progress.eval(epoch, loss, accuracy, samples=samples, set_samples=of)
 
     def startup(self, report: Mapping[str, Any]) -> None:
         """Record where the time to the first step went (manifest.json's ``startup``)."""

@@ -52,8 +52,24 @@ class Progress:
                 f"samples/s {samples_per_s:.1f}"
             )
 
-    def eval(self, epoch: int, loss: float, accuracy: float) -> None:
-        self._line(f"eval  epoch {epoch} loss {loss:.4f} accuracy {100 * accuracy:.2f}%")
+    def eval(
+        self,
+        epoch: int,
+        loss: float,
+        accuracy: float,
+        *,
+        samples: int | None = None,
+        set_samples: int | None = None,
+    ) -> None:
+        """An evaluation's line; it says so when it took ``samples`` of a larger set (a
+        short run's evaluation)."""
+        text = f"eval  epoch {epoch} loss {loss:.4f} accuracy {100 * accuracy:.2f}%"
+        if samples is not None and set_samples is not None and samples < set_samples:
+            text += (
+                f" (eval on {samples:,} of {set_samples:,} samples: the run stops inside its "
+                "first epoch; --eval-samples all evaluates them all)"
+            )
+        self._line(text)
 
     def close(self) -> None:
         """End a redrawn line so that what follows starts on its own line."""

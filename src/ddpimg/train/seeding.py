@@ -22,12 +22,22 @@ if TYPE_CHECKING:
 CUBLAS_WORKSPACE_VALUES = (":4096:8", ":16:8")
 
 
+def _digest(seed: int, purpose: str, position: tuple[int, ...], size: int) -> bytes:
+    text = ":".join([str(seed), purpose, *(str(part) for part in position)])
+    return hashlib.blake2b(text.encode(), digest_size=size).digest()
+
+
 def derive_seed(seed: int, purpose: str, *position: int) -> int:
     """A 63-bit seed for ``torch.Generator.manual_seed`` from the run seed, what the draw is
     for and where it happens. Hashing (not arithmetic) keeps neighbouring positions apart."""
-    text = ":".join([str(seed), purpose, *(str(part) for part in position)])
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
+    return int.from_bytes(_digest(seed, purpose, position, 8), "big") >> 1
+
+
+def derive_words(seed: int, purpose: str, *position: int) -> tuple[int, int]:
+    """Two 32-bit keys from the run seed, purpose and position, as ``derive_seed`` makes one
+    seed: for the counter-based draws hashed on tensors (``ddpimg.train.dropout``)."""
+    digest = _digest(seed, purpose, position, 8)
+    return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:], "big")
 
 
 def configure_reproducibility(

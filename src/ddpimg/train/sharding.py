@@ -12,7 +12,9 @@ with two micro-batches of m sees, in order, the rows that two ranks of m see at 
 Evaluation: rank r takes a contiguous shard (sizes differ by at most one); every rank runs
 the same number of batches, some possibly empty, so collectives inside a wrapped model's
 forward (ZeRO-3 gathers) stay matched. No sample is repeated to pad a shard (as
-DistributedSampler does): every sample is evaluated exactly once over all ranks.
+DistributedSampler does): every sample is evaluated exactly once over all ranks. An
+evaluation of part of the set (a short run's) takes samples spread evenly over it, the
+same ones whatever the rank count: a set stored class by class still shows every class.
 
 A ``BatchPlan`` is what a dataset is handed: the batches one rank loads next, as slices of an
 order. Since the rows of any step follow from (seed, epoch, step) alone, a resumed run seeks
@@ -87,12 +89,14 @@ class TrainShard:
 
 @dataclass(frozen=True)
 class EvalShard:
-    """This rank's contiguous part of the evaluation set, cut into batches."""
+    """This rank's contiguous part of the ``num_samples`` evaluated, cut into batches;
+    ``set_size``: the set they are taken from, evenly spread, when it is larger."""
 
     num_samples: int
     batch_size: int
     rank: int
     world_size: int
+    set_size: int | None = None
 
     @property
     def start(self) -> int:
@@ -119,8 +123,11 @@ class EvalShard:
         ]
 
     def plan(self) -> BatchPlan:
-        """This rank's evaluation batches, in sample order."""
+        """This rank's evaluation batches, in sample order: sample i of those evaluated is
+        ``i * set_size // num_samples`` of the set."""
         order = torch.arange(self.num_samples)
+        if self.set_size is not None and self.set_size != self.num_samples:
+            order = order * self.set_size // self.num_samples
         return BatchPlan(None, order, tuple(slice(r.start, r.stop) for r in self.batches()))
 
 

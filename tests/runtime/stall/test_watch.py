@@ -399,3 +399,80 @@ def test_a_script_waits_the_timeout_whatever_the_backend() -> None:
     gives up after --timeout with Gloo too."""
     assert StallLimits.for_timeout(20, "gloo", script=True).backstop_s == 20
     assert StallLimits.for_timeout(20, "gloo").backstop_s > 20
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+        "[127.0.0.1]:49312",
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+        "[127.0.0.1]:8344: Connection reset by peer",
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:600] Write error: Broken pipe",
+    ],
+)
+def test_a_peer_gone_is_one_cause_whatever_gloos_words(said: str) -> None:
+    """Gloo words a dead peer by the moment it died: the survivors' line must not."""
+    assert short_cause(RuntimeError(said)) == "gloo: a peer closed its connection"
+
+
+def test_a_preemption_every_rank_stopped_for_is_confirmed_at_once(port: int) -> None:
+    """A script that acts on no preemption: a signal every rank got (the scheduler's) is a
+    preemption as soon as the others say they stopped for it too."""
+    other = _watch(port, 1)
+    other.board.register()
+    other._finish("preempted")
+    other.board.confirm_preemption()
+    with _watch(port, 0) as waiter:
+        began = time.monotonic()
+        assert waiter.preempted("SIGTERM") is None
+        assert time.monotonic() - began < LIMITS.stale_after_s
+        record = waiter.board.read_all()[0]
+        assert record is not None
+        assert record.state == "preempted"
+
+
+def test_a_signal_to_the_survivors_of_a_dead_rank_is_no_preemption(port: int) -> None:
+    """Issue 54: torch's agent sent SIGTERM to the survivor of a rank killed by SIGKILL, and
+    the script's runtime took it for a preemption (75). The dead rank's record goes silent:
+    a lost rank (5), named."""
+    _silent(port, 1, phases.TRAIN)
+    with _watch(port, 0) as survivor:
+        lost = survivor.preempted("SIGTERM")
+    assert lost is not None
+    assert exitcodes.for_error(lost) == exitcodes.RANK_LOST
+    assert lost.message.startswith(
+        "rank 0 (host0) gave up at step 0 (SIGTERM, sent to the survivors of a lost rank: no "
+        "preemption): rank 1 (host host1, pid "
+    )
+    assert "stopped reporting" in lost.message
+
+
+def test_a_rank_waiting_for_one_that_failed_on_its_own_gives_up_as_a_failed_run(
+    port: int,
+) -> None:
+    """Rank 0 (which serves the store) failed on its own while rank 1 waits for it in a
+    collective: rank 1 must read that before rank 0's process, and the store, are gone
+    (issue 54: under srun rank 1 found the store gone and exited 5). The failure look ends
+    rank 1's process as the backstop would: in a process of its own here."""
+    failed = _watch(port, 0)
+    failed.board.register()
+    failed.progress.enter(phases.COLLECTIVE, 7)
+    assert failed.explain(ValueError("rank 0's own error")) is None
+    code = f"""
+import sys, time
+sys.path[:0] = {sys.path!r}
+from tests.runtime.stall.test_watch import _watch, _at, phases
+waiter = _watch({port}, 1)
+_at(waiter, 7, phases.BACKWARD)
+waiter.start()
+time.sleep(60)  # a collective waiting for rank 0
+"""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == exitcodes.TRAINING_FAILED, done.stderr
+    assert time.monotonic() - began < 30  # a hang guard: a few heartbeats
+    assert "rank 0 (host host0, pid " in done.stderr
+    assert "failed at step 7 in phase collective: ValueError: rank 0's own error" in done.stderr

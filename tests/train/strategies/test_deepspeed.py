@@ -63,11 +63,13 @@ def test_accumulation_is_deepspeeds_own() -> None:
     assert config["gradient_accumulation_steps"] == 8
 
 
-def metrics(config: TrainConfig, ctx: DistContext) -> list[dict[str, Any]]:
+def metrics(
+    config: TrainConfig, ctx: DistContext, trainer: type[Trainer] = Trainer
+) -> list[dict[str, Any]]:
     recorder = RunRecorder(config.out, {}, Progress(io.StringIO(), interactive=False))
     batch = BatchLayout.of(config, ctx.world_size)
     strategy = STRATEGIES[config.strategy].factory(config, ctx, batch)
-    Trainer(config, ctx, MnistTask(config, ctx), strategy, recorder, batch=batch).run()
+    trainer(config, ctx, MnistTask(config, ctx), strategy, recorder, batch=batch).run()
     recorder.finish("completed", 0)
     lines = (config.out / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if '"summary"' not in line]
@@ -138,3 +140,46 @@ def test_a_channels_last_model_takes_float_images_without_autocast(
     output = engine(images)
     assert output.shape == (2, 10)
     assert output.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+
+
+@pytest.mark.deepspeed
+def test_zero3_compiles_in_the_first_step_only(
+    ctx: DistContext, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiled, ZeRO-3 traced DeepSpeed's per-submodule hooks and recompiled them for every
+    submodule and call, past dynamo's limit of 8 recompiles of one function in the first
+    steps (``hooks_outside_graphs``). Counted by dynamo's compile-start callback, with a hit
+    of the limit made an error: the first step compiles, the next ones reuse its graphs (the
+    evaluation compiles its own), and the compiled losses are the eager run's."""
+    import torch._dynamo
+    from torch._dynamo.callback import callback_handler
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    eager = make_config(strategy="deepspeed", zero_stage=3, train_samples=24, max_steps=3)
+    (eager.out / "compiled").mkdir()
+    compiled = replace(eager, compile=True, compile_backend="aot_eager", out=eager.out / "compiled")
+    compiles: list[int] = []
+    per_step: list[int] = []
+
+    class Counted(Trainer):
+        def train_step(self, micro_batches: Any) -> None:
+            before = len(compiles)
+            super().train_step(micro_batches)
+            per_step.append(len(compiles) - before)
+
+    def started(_: object) -> None:
+        compiles.append(1)
+
+    torch._dynamo.reset()
+    callback_handler.register_start_callback(started)
+    try:
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            losses = [m["loss"] for m in metrics(compiled, ctx, Counted)]
+    finally:
+        callback_handler.remove_start_callback(started)
+        torch._dynamo.reset()
+    assert per_step[0] > 0
+    assert per_step[1:] == [0] * (len(per_step) - 1)
+    expected = [m["loss"] for m in metrics(eager, ctx)]
+    tolerance = Tolerance(floor=FLOAT32_STEP, multiple=10, steps=len(expected))
+    assert_within(losses, expected, tolerance, "ZeRO-3 compiled vs eager")

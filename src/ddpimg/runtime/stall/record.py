@@ -30,8 +30,9 @@ CHECKPOINT: Final = "checkpoint"
 EVAL: Final = "eval"
 TRAIN: Final = "train"
 
-# How a rank's loop ended; "running" while it goes on.
-State = Literal["running", "failed", "gave_up", "done"]
+# How a rank's loop ended; "running" while it goes on. "preempted": a preemption signal
+# ended it and it waits to learn whether every other rank stopped for it too.
+State = Literal["running", "failed", "gave_up", "done", "preempted"]
 
 KEY_PREFIX = "ddpimg/progress/"
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from ddpimg import exitcodes
 from ddpimg.errors import RankLostError, report
+from ddpimg.runtime.interruptible import heeding
 from ddpimg.runtime.stall.record import SETUP, ProgressRecord, State, record_key
 from ddpimg.runtime.stall.verdict import Verdict, describe, judge
 
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 STARTED_KEY: Final = "ddpimg/stall/started"
+# Ranks that found a preemption shared by every rank (``StallWatch.preempted``).
+CONFIRMED_KEY: Final = "ddpimg/stall/preemption-confirmed"
+# Ranks that failed on their own (``StallWatch.explain``): one counter, so that a rank
+# waiting long in one phase can look for such a failure with one store operation.
+FAILED_KEY: Final = "ddpimg/stall/failed"
 JUDGE_KEY: Final = "ddpimg/stall/judge"
 VERDICT_KEY: Final = "ddpimg/stall/verdict"
 SENTINEL_SCRIPT: Final = Path(__file__).with_name("sentinel.py")
@@ -90,23 +96,13 @@ class StoreUnanswered(Exception):
 def bounded(call: Callable[[], T], timeout_s: float) -> T:
     """``call()`` in a helper thread; StoreUnanswered if it has not returned in time (the
     thread is left behind: it is a daemon, blocked in the store's client)."""
-    outcome: list[tuple[bool, object]] = []
+    deadline = time.monotonic() + timeout_s
 
-    def target() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as err:  # handed to the caller, whatever it is
-            outcome.append((False, err))
+    def unanswered() -> None:
+        if time.monotonic() >= deadline:
+            raise StoreUnanswered(f"no answer within {timeout_s:g} s")
 
-    thread = threading.Thread(target=target, name="ddpimg-store-op", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise StoreUnanswered(f"no answer within {timeout_s:g} s")
-    done, value = outcome[0]
-    if not done:
-        raise value  # type: ignore[misc]  # an exception, see target()
-    return value  # type: ignore[return-value]  # call()'s result
+    return heeding(call, unanswered, poll_s=timeout_s)
 
 
 class Board:
@@ -159,6 +155,17 @@ class Board:
 
     def register(self) -> None:
         self._call(lambda: self.store.add(STARTED_KEY, 1))
+
+    def confirm_preemption(self) -> int:
+        """Count this rank among those that found the preemption shared; how many have."""
+        return self._call(lambda: self.store.add(CONFIRMED_KEY, 1))
+
+    def preemptions_confirmed(self) -> int:
+        return self._call(lambda: self.store.add(CONFIRMED_KEY, 0))
+
+    def failed(self, count: int = 0) -> int:
+        """Add ``count`` to the ranks that failed on their own; how many have."""
+        return self._call(lambda: self.store.add(FAILED_KEY, count))
 
     def read_all(self) -> dict[int, ProgressRecord | None]:
         """Every rank's record (None for a rank that never published one)."""
@@ -281,10 +288,19 @@ def is_collective_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(mark in str(err) for mark in COLLECTIVE_MARKERS)
 
 
+# Gloo's words for a peer whose process ended, which differ with the moment it ended
+# (mid-read, mid-write, between two operations): one cause, said one way.
+PEER_GONE_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+PEER_GONE = "gloo: a peer closed its connection"
+
+
 def short_cause(err: BaseException) -> str:
     """The first line of a backend error without its source location:
-    ``gloo: Timed out waiting 20000ms for recv operation to complete``."""
+    ``gloo: Timed out waiting 20000ms for recv operation to complete``; a peer gone is
+    ``PEER_GONE`` whatever words Gloo used."""
     text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    if "gloo/" in text and any(marker in text for marker in PEER_GONE_MARKERS):
+        return PEER_GONE
     backend = "gloo: " if "gloo/" in text else ""
     if text.startswith("[") and "] " in text:
         text = text.split("] ", 1)[1]
@@ -317,6 +333,7 @@ class StallWatch:
         self.board, self.rank, self.host, self.limits = board, rank, host, limits
         self.script = script
         self._next_look = 0.0  # script: when the backstop may read the records again
+        self._next_failure_look = 0.0  # when a stuck loop may look for a failed rank again
         self.flight_recorder = flight_recorder
         self.on_fatal = on_fatal
         self.progress = RankProgress()
@@ -383,13 +400,14 @@ class StallWatch:
             error=self._error,
         )
 
-    def linger(self, limit_s: float) -> None:
+    def linger(self, limit_s: float, leave: Callable[[], bool] = lambda: False) -> None:
         """Rank 0 hosts the store: before it exits, let the other ranks finish (their records
         say done or failed, or they went silent), bounded by ``limit_s``, so that a rank still
         finishing its own last work does not find the store gone and take that for a loss,
-        and a rank that failed as this one did finds this one's error, not a missing store."""
+        and a rank that failed as this one did finds this one's error, not a missing store.
+        ``leave()`` true (a preemption signal meanwhile) ends the wait at once."""
         deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not leave():
             try:
                 records = self.board.read_all()
             except (StoreUnanswered, RuntimeError):
@@ -420,9 +438,16 @@ class StallWatch:
             self._publish.set()
             _, _, phase, since = self.progress.position
             stuck = now - max(since, resumed)
+            running = self._state == "running"
+            if running and stuck > self.limits.stale_after_s and now >= self._next_failure_look:
+                # Long in one phase: maybe waiting in a collective for a rank that failed on
+                # its own. When that rank serves the store (rank 0), this one must read its
+                # error before its process, and the store, are gone.
+                self._next_failure_look = now + period + self.limits.store_s
+                self._backstop(self._give_up_if_failed, f"waiting in phase {phase}")
             # Setup (data sets, model, resume) may take long on every rank at once; its
             # collectives time out by themselves.
-            watched = self._state == "running" and phase != SETUP
+            watched = running and phase != SETUP
             if not watched or stuck <= self.limits.backstop_s:
                 continue
             cause = (
@@ -474,12 +499,69 @@ class StallWatch:
         published for the others to name (None: raise it as it is)."""
         if not (is_collective_failure(err) or self._someone_else_lost(err)):
             self._finish("failed", f"{type(err).__name__}: {short_cause(err)}")
+            with contextlib.suppress(StoreUnanswered, RuntimeError):
+                self.board.failed(1)
             return None
         if not self._take():
             # The backstop is reporting and will end the process: leave it the last word.
             time.sleep(self.limits.grace_s + self.limits.store_s)
             return None
         return self._lost(self._verdict(), short_cause(err))
+
+    def preempted(self, cause: str) -> RankLostError | None:
+        """This rank stops for a preemption signal (``cause``: "SIGTERM") that nothing in it
+        acted on (a script without a consumer, ``ddpimg.script.runtime``). A preemption is
+        the scheduler's signal to every rank; a signal that reaches only the survivors of a
+        rank that died is the launcher stopping them (torch's agent, ``srun -K``,
+        ``mpirun``): that run lost a rank. So this rank says "preempted" in its record and
+        reads the others' until every one is preempted or ended (None: a preemption) or
+        the verdict names a rank failed, silent or never heard of (the RankLostError to
+        end with); at most until a rank that died has gone silent. Rank 0 then serves the
+        store until the others have read their answer (bounded)."""
+        self._finish("preempted")
+        limits = self.limits
+        bound = limits.stale_after_s + 2 * limits.period_s + limits.store_s
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                records = self.board.read_all()
+            except (StoreUnanswered, RuntimeError):
+                return self._lost_for(self._store_verdict(), cause)
+            records[self.rank] = self.record()
+            verdict = judge(
+                records, self.board.world_size, time.time(), limits.stale_after_s, self.rank
+            )
+            if any(item.how != "behind" for item in verdict.lost):
+                return self._lost_for(verdict, cause)
+            ended = [
+                record is not None and record.state != "running" for record in records.values()
+            ]
+            if all(ended) or time.monotonic() >= deadline:
+                break
+            time.sleep(limits.period_s / 2)
+        with contextlib.suppress(StoreUnanswered, RuntimeError):
+            self.board.confirm_preemption()
+            while self.rank == 0 and time.monotonic() < deadline + bound:
+                if self.board.preemptions_confirmed() >= self.board.world_size:
+                    break
+                time.sleep(limits.period_s / 2)
+        return None
+
+    def _lost_for(self, verdict: Verdict, cause: str) -> RankLostError | None:
+        """The RankLostError of ``verdict`` unless the backstop is reporting already (it
+        ends the process itself: None after waiting for it)."""
+        if not self._take():
+            time.sleep(self.limits.grace_s + self.limits.store_s)
+            return None
+        return self._lost(verdict, f"{cause}, sent to the survivors of a lost rank: no preemption")
+
+    def _store_verdict(self) -> Verdict:
+        return Verdict(
+            self.rank,
+            time.time(),
+            store=self.board.address,
+            store_timeout_s=self.board.op_timeout_s,
+        )
 
     def _someone_else_lost(self, err: BaseException) -> bool:
         """For a RuntimeError of words the markers do not know: whether another rank is
@@ -500,6 +582,24 @@ class StallWatch:
         # this rank's own error, not a peer's failure reaching it.
         own = f"{type(err).__name__}: {short_cause(err)}"
         return any(item.how == "silent" or item.error != own for item in lost)
+
+    def _give_up_if_failed(self, cause: str) -> None:
+        """The failure look (one store operation): if some rank failed on its own and the
+        records say every rank the others wait for failed so, give up for it now, as a
+        failed run (exit status 1): a collective waiting for it would end only when its
+        process does, and with it, when it is rank 0, the store that holds its error."""
+        try:
+            if not self.board.failed():
+                return
+            records = self.board.read_all()
+        except (StoreUnanswered, RuntimeError):
+            return  # a store gone is the explain's and the backstop's to name
+        records[self.rank] = self.record()
+        verdict = judge(
+            records, self.board.world_size, time.time(), self.limits.stale_after_s, self.rank
+        )
+        if verdict.raised and self._take():
+            self._give_up(cause)
 
     def _give_up_if_lost(self, cause: str) -> None:
         """The script backstop: give up if a rank is lost or the store went silent; a phase
@@ -564,12 +664,7 @@ class StallWatch:
             posted = self.board.wait_verdict(limits.stale_after_s + limits.period_s + 2)
             return posted if posted is not None else self._judge()
         except (StoreUnanswered, RuntimeError):
-            return Verdict(
-                self.rank,
-                time.time(),
-                store=self.board.address,
-                store_timeout_s=self.board.op_timeout_s,
-            )
+            return self._store_verdict()
 
     def _judge(self) -> Verdict:
         """Read the records until someone failed or went silent, at most until a report

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.strategies.base import (
@@ -111,6 +111,37 @@ def inputs_cast_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple[Any, ...]],
     return cast
 
 
+def hooks_outside_graphs(module: nn.Module) -> int:
+    """Make DeepSpeed's module hooks in ``module`` (every submodule's) run eagerly under
+    torch.compile, dynamo breaking the graph around them; returns how many there were.
+
+    ZeRO-3 hooks every submodule: before its forward it gathers the parameters, after it
+    releases them and wraps the outputs in autograd functions that fetch them again for the
+    backward. Traced, each hook is guarded on what it is called with: the submodule (its
+    ``ds_id``, its class), the output's shape, the grad mode, and a bound method made anew on
+    each call (``module.pre_bwd_fn.apply``, a recompile every call). DeepSpeed 0.19.8 leaves
+    two of them to dynamo (the post-forward and pre-backward hooks), so one code object
+    compiles once per submodule and call and reaches dynamo's limit of 8 recompiles within
+    the first steps, after which it runs eagerly anyway. Marking the guarded values dynamic
+    cannot help (a new object each call) and a higher limit only recompiles longer; the
+    hooks do communication and bookkeeping that a graph does not speed up. Eager, they
+    leave each submodule's computation to compile once per shape and mode: no recompile
+    after the first step (tests/train/strategies/test_deepspeed.py). ZeRO 0-2 hook only the
+    root module (the engine's forward prologue and epilogue), which this keeps eager too."""
+    import torch
+
+    disable = cast("Callable[[Callable[..., Any]], Callable[..., Any]]", torch.compiler.disable)
+    count = 0
+    for submodule in module.modules():
+        for hooks in (submodule._forward_pre_hooks, submodule._forward_hooks):
+            for key, hook in list(hooks.items()):
+                ours = getattr(hook, "__module__", "").startswith("deepspeed.")
+                if ours and not getattr(hook, "_torchdynamo_disable", False):
+                    hooks[key] = disable(hook)
+                    count += 1
+    return count
+
+
 class DeepSpeedStrategy:
     name = "deepspeed"
 
@@ -186,8 +217,9 @@ class DeepSpeedStrategy:
         return module
 
     def compile(self, backend: str) -> None:
-        # DeepSpeed's own: it compiles the engine's module in place (nn.Module.compile),
-        # its ZeRO hooks around it, and turns off what would break the graph.
+        # DeepSpeed's own: it compiles the engine's module in place (nn.Module.compile) and
+        # turns off what would break the graph; its hooks run eagerly between the graphs.
+        hooks_outside_graphs(self.engine.module)
         self.engine.compile(backend=backend)
 
     def micro_batch(self, last: bool) -> AbstractContextManager[None]:

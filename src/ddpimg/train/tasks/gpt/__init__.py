@@ -5,12 +5,10 @@ from scratch or from Hugging Face GPT-2 weights (``hf``). Its sizes (``--size``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddpimg.errors import DdpimgError
-from ddpimg.train.options import TrainerOptions, option
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
+from ddpimg.train.tasks.gpt.options import GptOptions
 from ddpimg.train.tasks.spec import TrainerSpec, learning_rate_text
 
 if TYPE_CHECKING:
@@ -19,53 +17,15 @@ if TYPE_CHECKING:
     from ddpimg.train.config import TrainConfig
     from ddpimg.train.tasks.base import Task
 
+# The options live in ``options``, which the task imports too (the task never imports this
+# package, whose factory imports the task); they are exported here as well.
+__all__ = ["SIZES", "SPEC", "GptOptions"]
+
 
 def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
     from ddpimg.train.tasks.gpt.task import GptTask
 
     return GptTask(config, ctx)
-
-
-@dataclass(frozen=True)
-class GptOptions(TrainerOptions):
-    """``train gpt``'s own flags."""
-
-    size: str | None = option(
-        "; ".join(f"{name}: {size.describe()}" for name, size in SIZES.items()),
-        default=DEFAULT_SIZE,
-        choices=tuple(SIZES),
-    )
-    seq_len: int | None = option(
-        "tokens per sample, at most the model's context",
-        default="the context",
-        metavar="N",
-        minimum=1,
-        hint="leave it out to use the model's whole context",
-    )
-    eval_data: str | None = option(
-        "the evaluation shards (a directory, glob or file) instead of --data's "
-        "validation-named ones",
-        default="--data's files with 'val' as a word of their name",
-        metavar="PATH",
-        free_to_change=True,
-    )
-    init_from: str | None = option(
-        "start from the GPT-2 weights of a Hugging Face model directory (config.json and "
-        "model.safetensors or pytorch_model.bin), e.g. to fine-tune; its config gives the "
-        "shape and vocabulary",
-        default="fresh weights of --size",
-        metavar="DIR",
-        # A resumed run loads the checkpoint's weights.
-        free_to_change=True,
-    )
-
-    def check(self) -> None:
-        if self.init_from is not None and self.size is not None:
-            raise DdpimgError(
-                f"--size {self.size} and --init-from {self.init_from}: the model's shape "
-                "comes from the checkpoint's config.json",
-                hint="drop --size",
-            )
 
 
 SPEC = TrainerSpec(

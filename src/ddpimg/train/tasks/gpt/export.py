@@ -32,7 +32,7 @@ from ddpimg.train.checkpoint.files import CHECKPOINTS, candidates, verify
 from ddpimg.train.checkpoint.resume import read_record
 from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.tasks.gpt.config import GptConfig, ShapeError
-from ddpimg.train.tasks.gpt.hf import TIED, write_hf_dir
+from ddpimg.train.tasks.gpt.hf import TIED, check_new_directory, write_hf_dir
 from ddpimg.untrusted import read_json
 
 MANIFEST = "manifest.json"
@@ -109,6 +109,7 @@ def _deepspeed_state(directory: Path) -> dict[str, torch.Tensor]:
 def export(run: Path, target: Path, checkpoint: Path | None = None) -> Path:
     """Write the checkpoint (``checkpoint``, or ``run``'s newest) as a Hugging Face GPT-2
     directory ``target``; returns the checkpoint exported."""
+    check_new_directory(target)  # before the checkpoint is read: that may take long
     chosen = choose_checkpoint(run, checkpoint)
     record = read_record(chosen)
     trainer = record.fingerprint.get("trainer")

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ddpimg.errors import DdpimgError
+from ddpimg.errors import DdpimgError, printable
 from ddpimg.train.checkpoint.safeload import load_tensors
 from ddpimg.train.tasks.gpt.config import GptConfig, ShapeError
 from ddpimg.train.tasks.gpt.model import Gpt
@@ -255,6 +255,22 @@ def hf_config(shape: GptConfig, vocabulary: int, eot_token: int | None) -> dict[
     return config
 
 
+def check_new_directory(directory: Path) -> None:
+    """``directory`` is not there yet, not even as a symbolic link: the export is renamed to
+    that name, and a link (one left dangling too) is neither followed nor replaced."""
+    if directory.is_symlink():
+        raise DdpimgError(
+            f"{printable(str(directory))} is a symbolic link (to "
+            f"{printable(os.readlink(directory))}), not a new directory",
+            hint="export into a new directory, or remove the link",
+        )
+    if directory.exists():
+        raise DdpimgError(
+            f"{printable(str(directory))} exists already",
+            hint="export into a new directory, or remove it",
+        )
+
+
 def write_hf_dir(
     directory: Path,
     shape: GptConfig,
@@ -266,10 +282,7 @@ def write_hf_dir(
     temporary name and renamed, so it is whole or absent)."""
     from safetensors.torch import save_file
 
-    if directory.exists():
-        raise DdpimgError(
-            f"{directory} exists already", hint="export into a new directory, or remove it"
-        )
+    check_new_directory(directory)
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -34,10 +34,11 @@ from torch import nn
 
 from ddpimg.errors import DdpimgError
 from ddpimg.train.config import SYNTHETIC
-from ddpimg.train.tasks.gpt import GptOptions, hf
+from ddpimg.train.tasks.gpt import hf
 from ddpimg.train.tasks.gpt.config import DEFAULT_SIZE, SIZES
 from ddpimg.train.tasks.gpt.data import ShardData, synthetic_tokens
 from ddpimg.train.tasks.gpt.model import Gpt
+from ddpimg.train.tasks.gpt.options import GptOptions
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -128,7 +129,7 @@ class GptTask:
                 self.seq_len,
                 self.shape.vocab_size,
                 train_samples=config.train_samples,
-                eval_samples=config.eval_samples,
+                eval_samples=config.first_eval_samples,
                 device=self.device,
             )
         limit_source = (
@@ -140,7 +141,7 @@ class GptTask:
         return self.shards.datasets(
             self.seq_len,
             train_samples=config.train_samples,
-            eval_samples=config.eval_samples,
+            eval_samples=config.first_eval_samples,
             device=self.device,
         )
 

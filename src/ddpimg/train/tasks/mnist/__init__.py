@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ddpimg.train.tasks.mnist.options import LEARNING_RATE, LR_DECAY
 from ddpimg.train.tasks.spec import TrainerSpec
 
 if TYPE_CHECKING:
@@ -23,10 +24,9 @@ def _task(config: TrainConfig, ctx: DistContext, batch: BatchLayout) -> Task:
 SPEC = TrainerSpec(
     name="mnist",
     factory=_task,
-    # The tutorial's Adadelta learning rate and per-epoch decay.
     optimizer="Adadelta",
-    learning_rate=1.0,
-    lr_decay=0.7,
+    learning_rate=LEARNING_RATE,
+    lr_decay=LR_DECAY,
     data_source="a directory holding the raw MNIST idx files as torchvision lays them out "
     "(DIR/MNIST/raw/...)",
 )

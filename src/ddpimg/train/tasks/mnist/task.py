@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddpimg.train.dropout import DropoutContext, GlobalBatchDropout
-from ddpimg.train.tasks.mnist import SPEC
 from ddpimg.train.tasks.mnist.data import load_mnist
+from ddpimg.train.tasks.mnist.options import LEARNING_RATE
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -57,7 +57,9 @@ class MnistTask:
         self._facts: dict[str, Any] = {}
 
     def datasets(self) -> tuple[Dataset, Dataset]:
-        data = load_mnist(self.config.data, self.config.train_samples, self.config.eval_samples)
+        data = load_mnist(
+            self.config.data, self.config.train_samples, self.config.first_eval_samples
+        )
         self._facts = {
             "source": data.source,
             "train_samples": len(data.train),
@@ -79,7 +81,7 @@ class MnistTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        learning_rate = self.config.learning_rate(SPEC.learning_rate)
+        learning_rate = self.config.learning_rate(LEARNING_RATE)
         return torch.optim.Adadelta(model.parameters(), lr=learning_rate)
 
     def fingerprint(self) -> dict[str, int]:

@@ -21,7 +21,7 @@ from ddpimg.data.sources import open_splits, prepare
 from ddpimg.train.config import SYNTHETIC
 from ddpimg.train.coordination import prepare_on_main
 from ddpimg.train.tasks.datasets import sample_count
-from ddpimg.train.tasks.resnet import ResnetOptions
+from ddpimg.train.tasks.resnet.options import ResnetOptions
 from ddpimg.train.tasks.resnet.stream import (
     EVAL,
     TRAIN,
@@ -54,7 +54,7 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         train, test = synthetic_imagenet(
             image_size,
             train_samples=config.train_samples,
-            eval_samples=config.eval_samples,
+            eval_samples=config.first_eval_samples,
             device=ctx.device,
             channels_last=channels_last,
         )
@@ -77,7 +77,11 @@ def load_images(config: TrainConfig, ctx: DistContext, image_size: int) -> Image
         spread(
             len(eval_source),
             sample_count(
-                len(eval_source), config.eval_samples, "--eval-samples", "evaluation", str(root)
+                len(eval_source),
+                config.first_eval_samples,
+                "--eval-samples",
+                "evaluation",
+                str(root),
             ),
         ),
     )

@@ -25,9 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpimg.train.tasks.resnet import DEFAULT_ARCH, DEFAULT_IMAGE_SIZE, SPEC, ResnetOptions
 from ddpimg.train.tasks.resnet.data import ImageData, load_images
 from ddpimg.train.tasks.resnet.model import build_classifier, check_arch, has_batchnorm
+from ddpimg.train.tasks.resnet.options import (
+    DEFAULT_ARCH,
+    DEFAULT_IMAGE_SIZE,
+    LR_PER_256,
+    ResnetOptions,
+)
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -110,7 +115,7 @@ class ResnetTask:
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
             model.parameters(),
-            lr=self.config.learning_rate(SPEC.learning_rate * self.batch.global_size / 256),
+            lr=self.config.learning_rate(LR_PER_256 * self.batch.global_size / 256),
             momentum=MOMENTUM,
             weight_decay=WEIGHT_DECAY,
         )

@@ -27,7 +27,7 @@ from torch import nn
 
 from ddpimg.train.tasks.base import InMemoryDataset
 from ddpimg.train.tasks.datasets import sample_count
-from ddpimg.train.tasks.toy import SPEC, gpus_per_replica
+from ddpimg.train.tasks.toy.options import LEARNING_RATE, gpus_per_replica
 
 if TYPE_CHECKING:
     from ddpimg.runtime.context import DistContext
@@ -98,7 +98,7 @@ class ToyTask:
         source = "the toy set"
         train = sample_count(ROWS, self.config.train_samples, "--train-samples", "training", source)
         test = sample_count(
-            EVAL_ROWS, self.config.eval_samples, "--eval-samples", "evaluation", source
+            EVAL_ROWS, self.config.first_eval_samples, "--eval-samples", "evaluation", source
         )
         return (
             ToyRows(torch.arange(train, dtype=torch.float32, device=self.device)),
@@ -118,7 +118,7 @@ class ToyTask:
         return (output.argmax(dim=1) == target).sum()
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        learning_rate = self.config.learning_rate(SPEC.learning_rate)
+        learning_rate = self.config.learning_rate(LEARNING_RATE)
         return torch.optim.Adam(model.parameters(), lr=learning_rate)
 
     def fingerprint(self) -> dict[str, int]:
