@@ -47,7 +47,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from containers.imagebuild import engine, images, locks
+from containers.imagebuild import aptlocks, engine, images, locks, squashfs
 from containers.imagebuild.context import source_facts
 from containers.imagebuild.sif import build_sif, parse_sif_options
 from tests.integration import schedule  # a leaf module: the standard library only
@@ -395,8 +395,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def lock(session: nox.Session) -> None:
-    """Make containers/lock/NAME.txt, hashed, from containers/requirements.in: -- [NAME...]."""
-    locks.make(session, session.posargs)
+    """Make the pip locks (lock/NAME.txt) and the Debian ones (lock/apt/): -- [NAME...|apt]."""
+    aptlocks.make_locks(session, session.posargs)
 
 
 @nox.session(default=False)
@@ -451,8 +451,14 @@ def flavours(session: nox.Session) -> None:
 
 @nox.session(name="image-repro", default=False)
 def image_repro(session: nox.Session) -> None:
-    """Build the CPU image twice (the second with --no-cache) and compare `pip freeze` inside."""
-    images.check_reproducible(session)
+    """Build an image twice, the second --no-cache: one digest, or the files that differ."""
+    images.check_reproducible(session, session.posargs)
+
+
+@nox.session(default=False, venv_backend="none")
+def sqsh(session: nox.Session) -> None:
+    """Export an image as enroot's squashfs, reproducibly: -- IMAGE [--output F] [--twice]."""
+    squashfs.export_session(session, session.posargs)
 
 
 @nox.session(default=False, venv_backend="none")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -18,25 +17,25 @@ from pathlib import Path
 from platform import machine as host_machine
 from typing import Any
 
+from .aptlocks import DEBIAN_ARCH, apt_lock_of, missing_apt_lock
 from .context import source_facts, stage_context
 from .engine import engine, engine_answers, install_engine_packages
 from .locks import (
     CONTAINERS,
+    LOCAL_BASE,
+    LOCAL_BASE_PYTHON,
     LOCKS,
     Platform,
     default_lock,
     default_tag,
+    local_base,
     lock_file,
     missing_lock,
 )
+from .reproduce import compare_images, normalise
 from .session import Session
 from .wheels import WHEELHOUSE, wheelhouse
 
-# The base image made by containers/engine.sh where no registry can be reached: Debian 12
-# for this machine's CPU, whose python3 is LOCAL_BASE_PYTHON; for another CPU the same with
-# the CPU's name appended (local_base).
-LOCAL_BASE = "ddpimg-base:bookworm"
-LOCAL_BASE_PYTHON = "3.11"
 SMOKE_IMAGE = "ddpimg:cpu"
 
 
@@ -53,6 +52,8 @@ class ImageBuild:
     cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST for those ops
     mpi4py_wheel: bool = False  # mpi4py's wheel instead of compiling it (Dockerfile MPI4PY_BUILD)
     extra_ca: Path | None = None
+    apt_unlocked: bool = False  # the mirror's Debian packages of the day, not the base's lock
+    drop_caches: bool = False  # remove the build stage and the layered image once used
 
 
 # CI's image: the CPU flavour on the local base, from its own lock (torch's CPU build),
@@ -102,6 +103,18 @@ def image_parser() -> argparse.ArgumentParser:
         "--mpi4py-wheel", action="store_true", help="mpi4py's wheel instead of compiling it"
     )
     parser.add_argument("--extra-ca", type=Path, help="PEM file of a proxy's CA, for pip")
+    parser.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="remove the build stage and the layered image once used (IMAGE-build, "
+        "IMAGE-layers: the next build's cache) to free their disk",
+    )
+    parser.add_argument(
+        "--apt-unlocked",
+        action="store_true",
+        help="install the Debian mirror's package versions of today instead of the base's "
+        "lock (containers/lock/apt/): the image is then not reproducible",
+    )
     return parser
 
 
@@ -119,6 +132,8 @@ def parse_image_options(posargs: Sequence[str]) -> ImageBuild:
         cuda_arch_list=ns.cuda_arch_list,
         mpi4py_wheel=ns.mpi4py_wheel,
         extra_ca=ns.extra_ca,
+        apt_unlocked=ns.apt_unlocked,
+        drop_caches=ns.drop_caches,
     )
 
 
@@ -127,11 +142,6 @@ def foreign_platform(build: ImageBuild, machine: str) -> Platform | None:
     (platform.machine()) cannot run its programs itself; None when it can."""
     platform = LOCKS[build.torch].platform
     return platform if platform is not None and platform.machine != machine else None
-
-
-def local_base(platform: Platform | None) -> str:
-    """The local base image of a lock's platform (None: this machine's)."""
-    return LOCAL_BASE if platform is None else f"{LOCAL_BASE}-{platform.arch}"
 
 
 def build_args(
@@ -146,9 +156,13 @@ def build_args(
 
     A local build for another CPU builds the venv on this machine's local base (the same
     Debian release, hence the same Python) with that platform's wheels (CROSS_PLATFORM, and
-    mpi4py's wheel: nothing can be compiled for the other CPU there)."""
+    mpi4py's wheel: nothing can be compiled for the other CPU there). APT_LOCK names the
+    base's Debian lock (aptlocks.py), unless ``build.apt_unlocked``; a build stage on a CUDA
+    devel image (--ds-build-ops) has none of its own (BUILD_APT_LOCK empty)."""
     args = dict(facts) | {"FLAVOUR": build.flavour, "TORCH_SOURCE": build.torch}
     lock = LOCKS[build.torch]
+    if not build.apt_unlocked:
+        args["APT_LOCK"] = apt_lock_of(build.flavour, build.local, lock.gpu_base)
     foreign = foreign_platform(build, machine)
     if build.local:
         base = local_base(lock.platform)
@@ -159,7 +173,7 @@ def build_args(
     elif lock.gpu_base is not None and build.flavour == "gpu":
         args["GPU_BASE"] = lock.gpu_base
     if build.ds_build_ops:
-        args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops}
+        args |= {"DS_BUILD_OPS": "1", "BUILD_FROM": build.ds_build_ops, "BUILD_APT_LOCK": ""}
     if build.cuda_arch_list:
         args["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list
     if build.mpi4py_wheel:
@@ -222,13 +236,20 @@ def build_stage_tag(tag: str) -> str:
     return f"{tag}-build"
 
 
+def layered_tag(tag: str) -> str:
+    """The tag of the image as `docker build` layered it, before it is made reproducible
+    (reproduce.normalise): kept, it caches the next build's final stage."""
+    return f"{tag}-layers"
+
+
 def docker_commands(
     build: ImageBuild, context: Path, args: Mapping[str, str], machine: str = host_machine()
 ) -> list[list[str]]:
     """The two `docker build` commands of ``build`` from the staged ``context`` on a
-    ``machine`` CPU: the build stage, tagged (build_stage_tag) so that pruning keeps it as the
-    next build's cache, then the image. The second reuses what the first built (even with
-    --no-cache: its layers descend from the fresh ones, no older image).
+    ``machine`` CPU: the build stage, tagged (build_stage_tag) to be the next build's cache,
+    then the image as the builder layers it (layered_tag), which reproduce.normalise then
+    rewrites. The second reuses what the first built (even with --no-cache: its layers
+    descend from the fresh ones, no older image).
 
     A build for another CPU names its platform, so that docker pulls the bases' images for
     it and emulates every step; except a local one, whose base images are made for their
@@ -252,7 +273,7 @@ def docker_commands(
             build_stage_tag(build.tag),
             str(context),
         ],
-        [*command, "--tag", build.tag, str(context)],
+        [*command, "--tag", layered_tag(build.tag), str(context)],
     ]
 
 
@@ -266,13 +287,31 @@ def image_size(tag: str) -> int:
     return int(out.stdout.strip())
 
 
-def prune(session: Session) -> None:
-    """Remove dangling images: what rebuilt tags named before (older images, build stages)."""
-    session.run("docker", "image", "prune", "--force", external=True, silent=True)
+def image_ids(tags: Sequence[str]) -> dict[str, str | None]:
+    """The ID each of ``tags`` names now (None: none)."""
+    return {tag: image_id(tag) for tag in tags}
 
 
-def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
-    """`docker build` containers/Dockerfile for ``build``; the time taken and the size."""
+def drop_replaced(session: Session, before: Mapping[str, str | None]) -> None:
+    """Remove the images ``before`` (tag -> ID) named that a rebuild has replaced under their
+    tags: an older image and its untagged parents, by ID. Never `docker image prune`: on a
+    machine others build on too, a dangling image may be theirs. An image still in use (a
+    container, another tag) stays."""
+    for tag, old in before.items():
+        if old is not None and image_id(tag) != old:
+            session.run("sh", "-c", f"docker image rm {old} >/dev/null 2>&1 || true",
+                        external=True, silent=True)  # fmt: skip
+
+
+def build_image(
+    session: Session, build: ImageBuild, facts: Mapping[str, str] | None = None
+) -> tuple[float, int]:
+    """`docker build` containers/Dockerfile for ``build``, then make the image reproducible
+    (reproduce.normalise, at the last commit's date); the time taken and the size. ``facts``:
+    context.source_facts() (read now when not given). With ``build.drop_caches`` the build
+    stage and the layered image go as soon as they are used (a machine that never builds
+    again, like CI's, needs the disk)."""
+    facts = dict(facts or source_facts())
     reason = missing_lock(build.torch)
     if reason is not None:
         session.error(reason)
@@ -286,6 +325,15 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
             f"--ds-build-ops: DeepSpeed's ops cannot be compiled for {cross.machine} on this "
             f"{machine} machine; build the {build.torch} image on a {cross.machine} one"
         )
+    if not build.apt_unlocked:
+        apt_lock = apt_lock_of(build.flavour, build.local, LOCKS[build.torch].gpu_base)
+        arches = {platform.arch if platform else DEBIAN_ARCH.get(machine, machine)}
+        if cross is not None:
+            arches.add(DEBIAN_ARCH.get(machine, machine))  # the build stage runs here
+        for arch in sorted(arches):
+            apt_reason = missing_apt_lock(apt_lock, arch)
+            if apt_reason is not None:
+                session.error(apt_reason)
     if cross is not None and not build.mpi4py_wheel:
         session.log(f"a {cross.machine} build here takes mpi4py's wheel (MPI4PY_BUILD=wheel)")
         build = dataclasses.replace(build, mpi4py_wheel=True)
@@ -300,6 +348,7 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
             bases.append(LOCAL_BASE)
         engine(session, "base", local_base(platform), *([platform.arch] if platform else []))
         bases.append(local_base(platform))
+    before = image_ids([build.tag, build_stage_tag(build.tag), layered_tag(build.tag)])
     with contextlib.ExitStack() as stack:
         context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
         stage_context(context, build.extra_ca)
@@ -307,7 +356,7 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
         inputs = None
         if build.local and not build.no_cache:
             base_ids = [image_id(base) or base for base in bases]
-            args = build_args(build, source_facts(), None, machine)
+            args = build_args(build, facts, None, machine)
             inputs = build_inputs(context, args, base_ids)
             ready = built_from(build.tag, inputs)
             if ready is not None:
@@ -319,17 +368,34 @@ def build_image(session: Session, build: ImageBuild) -> tuple[float, int]:
             target = cross.pip_args(LOCAL_BASE_PYTHON) if cross is not None else []
             wheels = wheelhouse(session, lock_file(build.torch), build.mpi4py_wheel, target)
             wheels_url = stack.enter_context(wheels)
-        args = build_args(build, source_facts(), wheels_url, machine)
+        args = build_args(build, facts, wheels_url, machine)
         started = time.monotonic()
         for command in docker_commands(build, context, args, machine):
             session.run(*command, external=True)
-        elapsed = time.monotonic() - started
-    prune(session)
+        built = time.monotonic()
+    if build.drop_caches:
+        remove_images(session, [build_stage_tag(build.tag)])
+    digest = normalise(layered_tag(build.tag), build.tag, int(facts["SOURCE_DATE_EPOCH"]))
+    if build.drop_caches:
+        remove_images(session, [layered_tag(build.tag)])
+    elapsed = time.monotonic() - started
+    drop_replaced(session, before)
     if inputs is not None:
         record_build(build.tag, inputs)
     size = image_size(build.tag)
-    session.log(f"built {build.tag} in {elapsed:.0f} s: {size / 1e9:.2f} GB ({size} bytes)")
+    session.log(
+        f"built {build.tag} in {elapsed:.0f} s (docker build {built - started:.0f} s, one "
+        f"reproducible layer {elapsed - (built - started):.0f} s): {size / 1e9:.2f} GB ({size} "
+        f"bytes), digest {digest}"
+    )
     return elapsed, size
+
+
+def remove_images(session: Session, tags: Sequence[str]) -> None:
+    """`docker image rm` the images of ``tags`` that exist."""
+    present = [tag for tag in tags if image_exists(tag)]
+    if present:
+        session.run("docker", "image", "rm", *present, external=True, silent=True)
 
 
 def image_exists(tag: str) -> bool:
@@ -346,13 +412,16 @@ def images_built(
     disk); stop the dockerd this started when the block ends."""
     install_engine_packages(session)
     ours = not engine_answers()
-    stages = [build_stage_tag(build.tag) for build in drop_build_stages]
+    stages = [
+        tag(build.tag) for build in drop_build_stages for tag in (build_stage_tag, layered_tag)
+    ]
     try:
         for build in builds:
-            build_image(session, build)
-            # (An image kept from an earlier session may have lost its build stage already.)
-            if build in drop_build_stages and image_exists(build_stage_tag(build.tag)):
-                session.run("docker", "image", "rm", build_stage_tag(build.tag), external=True)
+            dropped = build in drop_build_stages
+            build_image(session, dataclasses.replace(build, drop_caches=dropped))
+            # (An image kept from an earlier session may still have its caches.)
+            if build in drop_build_stages:
+                remove_images(session, [build_stage_tag(build.tag), layered_tag(build.tag)])
         yield
     finally:
         left = [tag for tag in stages if engine_answers() and image_exists(tag)]
@@ -384,31 +453,31 @@ def bench_images(session: Session, record: Path, rebuild: bool) -> bool:
     return ours
 
 
-def freeze_diff(freezes: Sequence[Sequence[str]], tags: Sequence[str]) -> str | None:
-    """The unified diff of two `pip freeze` listings (None when they are the same)."""
-    if list(freezes[0]) == list(freezes[1]):
-        return None
-    diff = difflib.unified_diff(freezes[0], freezes[1], tags[0], tags[1], lineterm="")
-    return "\n".join(diff)
+# How many differing files `nox -s image-repro` prints (all of them are counted).
+REPRO_LINES = 200
 
 
-def check_reproducible(session: Session) -> None:
-    """Build SMOKE_BUILD twice (the second with --no-cache) and compare `pip freeze` inside."""
-    tags = (SMOKE_IMAGE, f"{SMOKE_IMAGE}-repro")
-    build_image(session, SMOKE_BUILD)
-    build_image(session, dataclasses.replace(SMOKE_BUILD, tag=tags[1], no_cache=True))
-    freezes = []
-    for tag in tags:
-        freeze = session.run(
-            "docker", "run", "--rm", tag, "python3", "-m", "pip", "freeze", "--all",
-            external=True, silent=True,
-        )  # fmt: skip
-        freezes.append(str(freeze).splitlines())
-    session.run(
-        "docker", "image", "rm", tags[1], build_stage_tag(tags[1]), external=True, silent=True
-    )  # fmt: skip
-    prune(session)
-    diff = freeze_diff(freezes, tags)
-    if diff is not None:
-        session.error("the installed package sets differ:\n" + diff)
-    session.log(f"same {len(freezes[0])} packages in both builds:\n" + "\n".join(freezes[0]))
+def check_reproducible(session: Session, posargs: Sequence[str] = ()) -> None:
+    """Build an image twice from this commit, the second time with --no-cache (as TAG-repro,
+    removed when it matches), and compare the two digests; when they differ, list the files
+    (and settings) that do and fail. ``posargs``: `nox -s image`'s options (default: CI's
+    image, SMOKE_BUILD; e.g. `gpu --local --drop-caches` for a GPU one on a small disk)."""
+    first = parse_image_options(posargs) if posargs else SMOKE_BUILD
+    second = dataclasses.replace(first, tag=f"{first.tag}-repro", no_cache=True, drop_caches=True)
+    # One commit's revision and date for both, even if a commit lands between the two builds.
+    facts = source_facts()
+    build_image(session, first, facts)
+    build_image(session, second, facts)
+    digests = [image_id(build.tag) for build in (first, second)]
+    if digests[0] == digests[1]:
+        session.run("docker", "image", "rm", second.tag, external=True, silent=True)
+        session.log(f"{first.tag} and a --no-cache rebuild have one digest: {digests[0]}")
+        return
+    lines = compare_images(first.tag, second.tag)
+    shown = "\n".join(lines[:REPRO_LINES])
+    more = f"\n... and {len(lines) - REPRO_LINES} more" if len(lines) > REPRO_LINES else ""
+    session.error(
+        f"two builds of one commit differ: {first.tag} is {digests[0]}, {second.tag} (kept for "
+        f"a look; `docker image rm {second.tag}` removes it) is {digests[1]}; "
+        f"{len(lines)} differences:\n{shown}{more}"
+    )

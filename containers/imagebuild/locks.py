@@ -136,6 +136,18 @@ LOCK_PYTHON = "3.11"
 UV = "uv==0.13.8"
 
 
+# The base image made by containers/engine.sh where no registry can be reached: Debian 12
+# for this machine's CPU, whose python3 is LOCAL_BASE_PYTHON; for another CPU the same with
+# the CPU's name appended (local_base).
+LOCAL_BASE = "ddpimg-base:bookworm"
+LOCAL_BASE_PYTHON = "3.11"
+
+
+def local_base(platform: Platform | None) -> str:
+    """The local base image of a lock's platform (None: this machine's)."""
+    return LOCAL_BASE if platform is None else f"{LOCAL_BASE}-{platform.arch}"
+
+
 def lock_file(name: str) -> Path:
     return LOCK_DIR / f"{name}.txt"
 

@@ -1,5 +1,12 @@
 """`nox -s sif`: a SIF from the Docker image (ddp.def) or by Apptainer alone
-(ddp-standalone.def), named after the image or the lock."""
+(ddp-standalone.def), named after the image or the lock.
+
+Reproducible with Apptainer >= 1.5.0, which builds a deterministic SIF when
+SOURCE_DATE_EPOCH is set (its CHANGELOG, v1.5.0): the SIF's UUID is nil, the build-date
+labels and the squashfs times are the epoch. The build runs with the last commit's epoch
+(the Docker image's ``created`` time, which `nox -s image` sets to it) and TZ=UTC, because
+Apptainer writes the ``org.label-schema.build-date`` label in the build host's time zone
+(internal/pkg/build/metadata.go). docs/containers.md lists what else must be the same."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ class SifBuild:
     output: str
     build_args: tuple[str, ...]  # NAME=VALUE for --build-arg
     cpu_title: bool = False  # ddp.def for the cpu image: only its title names the flavour
+    source_date_epoch: str = ""  # the last commit's date: a deterministic SIF (Apptainer >= 1.5)
 
 
 def parse_sif_options(posargs: Sequence[str], facts: Mapping[str, str]) -> SifBuild:
@@ -40,9 +48,28 @@ def parse_sif_options(posargs: Sequence[str], facts: Mapping[str, str]) -> SifBu
             build_args.append(f"TORCH_SOURCE={ns.torch}")
         if lock.gpu_base is not None:
             build_args.append(f"GPU_BASE={lock.gpu_base}")
-        return SifBuild(CONTAINERS / "ddp-standalone.def", names.sif, tuple(build_args))
+        return SifBuild(
+            CONTAINERS / "ddp-standalone.def",
+            names.sif,
+            tuple(build_args),
+            source_date_epoch=facts["SOURCE_DATE_EPOCH"],
+        )
     # ddp.def from the image `nox -s image -- KIND --torch LOCK` tagged.
-    return SifBuild(CONTAINERS / "ddp.def", names.sif, (f"IMAGE={names.tag}",), ns.kind == "cpu")
+    return SifBuild(
+        CONTAINERS / "ddp.def",
+        names.sif,
+        (f"IMAGE={names.tag}",),
+        ns.kind == "cpu",
+        source_date_epoch=facts["SOURCE_DATE_EPOCH"],
+    )
+
+
+def sif_env(sif: SifBuild) -> dict[str, str]:
+    """The environment of `apptainer build`: SOURCE_DATE_EPOCH and TZ=UTC for a
+    deterministic SIF (module docstring)."""
+    if not sif.source_date_epoch:
+        return {}
+    return {"SOURCE_DATE_EPOCH": sif.source_date_epoch, "TZ": "UTC"}
 
 
 def build_sif(session: Session, apptainer: str, sif: SifBuild) -> None:
@@ -54,5 +81,8 @@ def build_sif(session: Session, apptainer: str, sif: SifBuild) -> None:
             recipe = Path(tmp) / recipe.name
             recipe.write_text(text, encoding="utf-8")
         options = [word for arg in sif.build_args for word in ("--build-arg", arg)]
-        session.run(apptainer, "build", "--force", *options, sif.output, str(recipe), external=True)
+        session.run(
+            apptainer, "build", "--force", *options, sif.output, str(recipe),
+            env=sif_env(sif), external=True,
+        )  # fmt: skip
     session.run(apptainer, "test", sif.output, external=True)

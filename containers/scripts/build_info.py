@@ -3,11 +3,15 @@
 Run in the build stage with the image's venv interpreter, after everything is installed:
 
     python build_info.py --out FILE --flavour cpu --torch-source pypi --lock LOCK \
-        --revision REV --base-image IMAGE
+        --revision REV --base-image IMAGE [--apt-lock FILE --apt-section NAME] \
+        [--tree-listing LISTING [--tree-root PATH]...]
 
 The image puts FILE at ``/etc/ddpimg/build-info.json``, where ``ddpimg.train.outputs``
 looks by default. The build date comes from ``SOURCE_DATE_EPOCH`` (not the clock), so two
-builds of the same inputs write the same file.
+builds of the same inputs write the same file. With ``--tree-listing`` it also walks the
+image's Python environment and ddpimg's files (``ddpimg.imagetree``; ``--tree-root``, default
+``image_roots()``), writes their listing there and records its digest, the tree digest that
+every run's manifest carries and ``ddpimg doctor --verify`` recomputes.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ def describe(
     *,
     notes: Sequence[str] = (),
     deepspeed_ops: Sequence[str] = (),
+    apt_lock: Mapping[str, str] | None = None,
+    tree: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The build-info object. Pure: everything it reports is passed in."""
     return {
@@ -117,6 +123,11 @@ def describe(
         "deepspeed_ops": list(deepspeed_ops),
         "mpi4py_build": env.get("MPI4PY_BUILD") or "source",
         "torch_cuda_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+        # The Debian packages' lock (containers/lock/apt/NAME.txt) and the stage's section of
+        # it that the image's package set equals; None: built without one.
+        "apt_lock": dict(apt_lock) if apt_lock else None,
+        # The tree digest (ddpimg.imagetree): what `ddpimg doctor --verify` recomputes.
+        "tree": dict(tree) if tree else None,
     }
 
 
@@ -135,13 +146,49 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--lock", type=Path, required=True)
     parser.add_argument("--revision", default="")
     parser.add_argument("--base-image", default="")
+    parser.add_argument("--apt-lock", type=Path, help="the Debian packages' lock file used")
+    parser.add_argument("--apt-section", default="", help="its section for this stage")
+    parser.add_argument("--tree-listing", type=Path, help="write the tree's listing here")
+    parser.add_argument(
+        "--tree-root", action="append", default=[], help="a path the tree covers (repeat)"
+    )
     return parser.parse_args(argv)
+
+
+def apt_lock_record(path: Path | None, section: str) -> dict[str, str] | None:
+    """The build record's ``apt_lock``: the lock's name (its file's stem), the section and
+    the file's SHA-256; None without a lock."""
+    if path is None:
+        return None
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"name": path.stem, "section": section, "sha256": digest}
+
+
+def write_tree(listing_path: Path, roots: Sequence[str]) -> dict[str, Any]:
+    """Walk ``roots``, write their listing to ``listing_path``; the build record's ``tree``."""
+    from ddpimg import imagetree
+
+    entries = imagetree.scan(roots)
+    listing = imagetree.render(entries)
+    listing_path.parent.mkdir(parents=True, exist_ok=True)
+    listing_path.write_bytes(listing)
+    return {
+        "digest": imagetree.tree_digest(listing),
+        "listing": str(listing_path),
+        "roots": list(roots),
+        "entries": len(entries),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     lock = args.lock.read_bytes()
     lock_sha256 = hashlib.sha256(lock).hexdigest()
+    tree = None
+    if args.tree_listing is not None:
+        from ddpimg import imagetree
+
+        tree = write_tree(args.tree_listing, args.tree_root or imagetree.image_roots())
     mpirun = subprocess.run(
         ["mpirun", "--version"], capture_output=True, text=True, check=False, timeout=60
     )
@@ -153,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         open_mpi_version(mpirun.stdout),
         notes=lock_notes(lock.decode("utf-8")),
         deepspeed_ops=built_ops(deepspeed_record()),
+        apt_lock=apt_lock_record(args.apt_lock, args.apt_section),
+        tree=tree,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -3,9 +3,28 @@
 # Run as root by containers/Dockerfile (build stage) and ddp-standalone.def.
 #
 #   install-python.sh deps LOCK    the venv with LOCK (containers/lock/NAME.txt) and nothing else
+#   install-python.sh compile      the venv's bytecode, once everything of LOCK is in place
+#                                  (after cpu-venv.sh, which patches a module)
 #   install-python.sh ddpimg PKG ENTRYPOINTS
 #                                  ddpimg from PKG (its wheel or source tree; no downloads),
 #                                  and the image's commands from ENTRYPOINTS (entrypoints/)
+#
+# The same files, byte for byte, from every build of the same lock (docs/containers.md,
+# "Locked and reproducible"):
+#   - pip writes no bytecode (--no-compile); `compile` writes it once, hash-checked, in one
+#     process (pycs.py says why each of those);
+#   - DeepSpeed and mpi4py, the two packages built here, are built from their hashed source
+#     archives unpacked at one fixed path (SOURCES), not in pip's randomly named temporary
+#     directories, whose names the compiled objects' debug information would keep; the C/C++
+#     compiler maps that path to "." (-ffile-prefix-map) besides;
+#   - PYTHONHASHSEED=0: DeepSpeed's setup.py lists its "all" extra from a set, whose order
+#     (and so the METADATA file's) follows the string hashes of the process;
+#   - no host-CPU detection: the cpu flavour builds only DeepSpeed's shared-memory op, which
+#     is compiled with -O2 -fopenmp alone (no -march=native; DS_CPU_OPS says why the others
+#     are not built), and DS_BUILD_OPS=1 builds for TORCH_CUDA_ARCH_LIST, never for a GPU it
+#     finds (a build has none);
+#   - nothing of the build stays: the archives, the source trees, the wheels built from them
+#     and pip's cache (--no-cache-dir) are under /tmp, which the image does not keep.
 #
 # Where pip finds the locked files; used during the build only, nothing of it stays in the
 # image, and whatever the source, pip installs nothing whose hash is not in LOCK:
@@ -39,11 +58,14 @@ set -eu
 # optimizers, e.g. ZeRO-Offload's): DeepSpeed compiles those with -march=native, for the
 # build machine's CPU, so an image built with them could crash on another CPU.
 DS_CPU_OPS="SHM_COMM"
-usage="install-python.sh deps LOCK | ddpimg PKG ENTRYPOINTS"
+usage="install-python.sh deps LOCK | compile | ddpimg PKG ENTRYPOINTS"
 step=${1:?usage: $usage}
-path=${2:?usage: $usage}
 venv=${VENV:-/opt/ddpimg/venv}
 pip="$venv/bin/python -m pip"
+scripts=$(dirname "$0")
+# Where the packages built here are unpacked and built: the same path in every build.
+SOURCES=/tmp/ddpimg-build/sources
+export PYTHONHASHSEED=0
 # Built from source: DeepSpeed against this torch, mpi4py against this image's Open MPI.
 case ${MPI4PY_BUILD:-source} in
 source) from_source="deepspeed mpi4py" ;;
@@ -124,24 +146,52 @@ install_deps() {
         # sysconfig.get_platform(), and so pip's idea of which wheels fit, reads this variable:
         # CPython's own cross builds set it.
         _PYTHON_HOST_PLATFORM=$CROSS_PLATFORM \
-            $pip install "$@" --require-hashes --no-deps --only-binary :all: -r "$work/binary.txt"
+            $pip install "$@" --require-hashes --no-deps --no-compile --only-binary :all: \
+            -r "$work/binary.txt"
         # DeepSpeed (pure Python without pre-built ops) in an isolated build environment: its
         # setup.py imports torch where it can, and the venv's is for the other CPU. It then
         # records torch "0.0" for the pre-built ops it has none of (ds_report's "compiled w."
         # line), the one difference from a build on the image's own CPU.
-        $pip install "$@" --require-hashes --no-deps --use-pep517 -r "$work/source.txt"
+        $pip install "$@" --require-hashes --no-deps --no-compile --use-pep517 \
+            -r "$work/source.txt"
         rm -rf "$work"
         return
     fi
-    $pip install "$@" --require-hashes --no-deps --only-binary :all: -r "$work/binary.txt"
-    # No build isolation: mpi4py's and DeepSpeed's build tools (and torch, for DeepSpeed) come
-    # from the lock, already installed above, instead of unhashed downloads. DeepSpeed has
-    # only a source distribution.
-    no_binary=:none:
-    case " $from_source " in *" mpi4py "*) no_binary=mpi4py ;; esac
-    $pip install "$@" --require-hashes --no-deps --no-build-isolation \
-        --no-binary "$no_binary" -r "$work/source.txt"
+    $pip install "$@" --require-hashes --no-deps --no-compile --only-binary :all: \
+        -r "$work/binary.txt"
+    build_from_source "$@"
     rm -rf "$work"
+}
+
+# DeepSpeed (which has only a source distribution) and, with MPI4PY_BUILD=source, mpi4py:
+# their hashed source archives unpacked under SOURCES and built there. No build isolation:
+# their build tools (and torch, for DeepSpeed) come from the lock, already installed, instead
+# of unhashed downloads.
+build_from_source() {
+    rm -rf "$SOURCES"
+    mkdir -p "$SOURCES/archives" "$SOURCES/src" "$SOURCES/wheels"
+    $pip download "$@" --require-hashes --no-deps --no-build-isolation --no-binary :all: \
+        -r "$work/source.txt" -d "$SOURCES/archives"
+    for archive in "$SOURCES"/archives/*; do
+        tar -C "$SOURCES/src" -xf "$archive"
+    done
+    prefix_map="-ffile-prefix-map=$SOURCES/src=."
+    for tree in "$SOURCES"/src/*/; do
+        (cd "$tree" && CFLAGS="${CFLAGS:-} $prefix_map" CXXFLAGS="${CXXFLAGS:-} $prefix_map" \
+            $pip wheel --disable-pip-version-check --no-input --no-cache-dir --progress-bar off \
+            --no-deps --no-build-isolation --wheel-dir "$SOURCES/wheels" .)
+    done
+    # By name and version from the wheels just built (their hashes are not the archives':
+    # those were checked above), so that pip records no path of this build (direct_url.json).
+    awk '/^[A-Za-z0-9]/ { print $1 }' "$work/source.txt" >"$work/built.txt"
+    $pip install --disable-pip-version-check --no-input --no-cache-dir --no-index \
+        --find-links "$SOURCES/wheels" --no-deps --no-compile -r "$work/built.txt"
+    rm -rf "$SOURCES"
+}
+
+compile_venv() {
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$venv/bin/python" "$scripts/pycs.py" compile "$site"
 }
 
 install_ddpimg() {
@@ -154,7 +204,9 @@ install_ddpimg() {
     [ "$made_by" = "$here" ] || die "the venv was made by Python $made_by, this image has $here" \
         "build the venv (BUILD_FROM) on an image with the Python of the image's base"
     $pip install --disable-pip-version-check --no-input --no-cache-dir --no-deps \
-        --no-build-isolation --no-index "$package"
+        --no-build-isolation --no-index --no-compile "$package"
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$venv/bin/python" "$scripts/pycs.py" compile "$site/ddpimg"
     # Every requirement of every installed package is in the lock.
     $pip check
     # The image's commands are entrypoints/{train,ddpimg} (python3 -I: a host PYTHONPATH cannot
@@ -170,7 +222,8 @@ install_ddpimg() {
 }
 
 case $step in
-deps) install_deps "$path" ;;
-ddpimg) install_ddpimg "$path" "${3:-}" ;;
+deps) install_deps "${2:?usage: $usage}" ;;
+compile) compile_venv ;;
+ddpimg) install_ddpimg "${2:?usage: $usage}" "${3:-}" ;;
 *) die "unknown step '$step'" "$usage" ;;
 esac

@@ -31,3 +31,19 @@ def read_build_info(env: Mapping[str, str]) -> dict[str, Any] | None:
             "error": f"expected a JSON object, found {type(content).__name__}",
         }
     return content
+
+
+def image_identity(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """manifest.json's ``image``: which image the run ran in, at a glance (two runs with one
+    ``tree_digest`` ran in the same Python environment and ddpimg): the flavour, the pip and
+    Debian locks and the tree digest of its build record (``ddpimg doctor --verify``
+    recomputes it); None outside ddpimg's image or with an unreadable record."""
+    if info is None or "error" in info:
+        return None
+    tree = info.get("tree")
+    return {
+        "flavour": info.get("flavour"),
+        "lock": info.get("lock"),
+        "apt_lock": info.get("apt_lock"),
+        "tree_digest": tree.get("digest") if isinstance(tree, Mapping) else None,
+    }

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
+
+from ddpimg import cli, exitcodes, imagetree
 from ddpimg.cli.doctor_cmd import render_checkup, render_image, render_links
 from ddpimg.plan import build_plan
 from ddpimg.runtime.doctor import Checkup, RankReport
@@ -128,3 +132,74 @@ def test_an_image_without_notes_or_built_ops_has_one_line_and_none_outside_an_im
     assert render_image(unreadable) == [
         "image: build-info /etc/ddpimg/build-info.json unreadable: denied"
     ]
+
+
+def test_the_image_lines_name_the_tree_digest_when_the_record_has_one() -> None:
+    info = {"flavour": "cpu", "lock": {"name": "cpu"}, "tree": {"digest": "sha256:ab"}}
+    assert render_image(info)[-1] == (
+        "image tree: sha256:ab (`ddpimg doctor --verify` recomputes it)"
+    )
+
+
+def _image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in image: a tree, its listing and a build record naming them."""
+    root = tmp_path / "opt"
+    (root / "venv" / "pkg").mkdir(parents=True)
+    (root / "venv" / "pkg" / "mod.py").write_text("A = 1\n")
+    listing = imagetree.render(imagetree.scan([str(root)]))
+    (tmp_path / "tree.txt").write_bytes(listing)
+    info = {
+        "flavour": "cpu",
+        "lock": {"name": "cpu"},
+        "tree": {
+            "digest": imagetree.tree_digest(listing),
+            "listing": str(tmp_path / "tree.txt"),
+            "roots": [str(root)],
+        },
+    }
+    (tmp_path / "build-info.json").write_text(json.dumps(info))
+    monkeypatch.setenv("DDPIMG_BUILD_INFO", str(tmp_path / "build-info.json"))
+    return root
+
+
+def test_verify_says_the_tree_is_the_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _image(tmp_path, monkeypatch)
+    assert cli.main(["doctor", "--verify"]) == exitcodes.OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("verify: tree sha256:")
+    assert lines[-1].endswith("is the build record's")
+
+
+def test_verify_names_a_changed_and_an_added_file_with_exit_status_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _image(tmp_path, monkeypatch)
+    (root / "venv" / "pkg" / "mod.py").write_text("A = 2\n")
+    (root / "venv" / "pkg" / "new.py").write_text("")
+    assert cli.main(["doctor", "--verify"]) == exitcodes.CHECK_FAILED == 4
+    out = capsys.readouterr().out
+    assert "verify: FAILED: " in out
+    assert "1 added, 0 removed, 1 changed since the build" in out
+    assert f"verify: added: {root}/venv/pkg/new.py" in out
+    assert f"verify: changed: {root}/venv/pkg/mod.py" in out
+
+
+def test_verify_outside_the_image_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DDPIMG_BUILD_INFO", str(tmp_path / "none.json"))
+    assert cli.main(["doctor", "--verify"]) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert f"doctor --verify: no readable build record at {tmp_path}/none.json (none)" in err
+    assert "docker run IMAGE ddpimg doctor --verify" in err
+
+
+def test_verify_of_an_image_built_before_tree_digests_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "build-info.json").write_text(json.dumps({"flavour": "gpu"}))
+    monkeypatch.setenv("DDPIMG_BUILD_INFO", str(tmp_path / "build-info.json"))
+    assert cli.main(["doctor", "--verify"]) == exitcodes.USAGE
+    assert "the build record has no tree digest" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The images under test for the Docker tests, named by environment variables:
 
-- ``DDPIMG_TEST_IMAGE``: the image test_smoke.py, test_runtimes.py and
+- ``DDPIMG_TEST_IMAGE``: the image test_smoke.py, test_reproducible.py, test_runtimes.py and
   test_documented_commands.py run (`nox -s smoke` builds ``ddpimg:cpu``);
 - ``DDPIMG_FLAVOUR_IMAGES``: the images test_flavours.py compares with
   ``ddpimg.hardware.builds``, separated by spaces (`nox -s flavours` builds them).
@@ -20,6 +20,7 @@ IMAGE_VARIABLE = "DDPIMG_TEST_IMAGE"
 FLAVOUR_IMAGES_VARIABLE = "DDPIMG_FLAVOUR_IMAGES"
 NEEDS = {
     Path(__file__).with_name("test_smoke.py"): IMAGE_VARIABLE,
+    Path(__file__).with_name("test_reproducible.py"): IMAGE_VARIABLE,
     Path(__file__).with_name("test_runtimes.py"): IMAGE_VARIABLE,
     Path(__file__).with_name("test_documented_commands.py"): IMAGE_VARIABLE,
     Path(__file__).with_name("test_flavours.py"): FLAVOUR_IMAGES_VARIABLE,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import subprocess
@@ -140,3 +141,44 @@ def test_the_cpu_lock_notes_reach_the_build_info() -> None:
     assert info["notes"][0].startswith("torch 2.13.0+cpu, not ")
     assert any("torchvision 0.28.0 without its compiled ops" in note for note in info["notes"])
     assert info["deepspeed_ops"] == ["deepspeed_shm_comm"]
+
+
+def test_the_build_record_names_the_debian_lock_and_the_tree(tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text("torch==2.14.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    apt_lock = tmp_path / "debian12-amd64.txt"
+    apt_lock.write_text("runtime-cpu tini 0.19.0-1\n")
+    root = tmp_path / "opt"
+    (root / "venv").mkdir(parents=True)
+    (root / "venv" / "m.py").write_text("x = 1\n")
+    out, listing = tmp_path / "build-info.json", tmp_path / "etc" / "tree.txt"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--flavour", "cpu",
+         "--torch-source", "cpu", "--lock", str(lock), "--apt-lock", str(apt_lock),
+         "--apt-section", "runtime-cpu", "--tree-listing", str(listing),
+         "--tree-root", str(root)],
+        env={"SOURCE_DATE_EPOCH": "86400", "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(out.read_text())
+    assert info["apt_lock"] == {
+        "name": "debian12-amd64",
+        "section": "runtime-cpu",
+        "sha256": hashlib.sha256(apt_lock.read_bytes()).hexdigest(),
+    }
+    assert info["tree"] == {
+        "digest": f"sha256:{hashlib.sha256(listing.read_bytes()).hexdigest()}",
+        "listing": str(listing),
+        "roots": [str(root)],
+        "entries": 3,  # the root, venv/, venv/m.py
+    }
+    assert f" {root}/venv/m.py" in listing.read_text()
+
+
+def test_without_a_debian_lock_or_tree_the_record_says_none() -> None:
+    args = build_info.parse_args(
+        ["--out", "x", "--flavour", "gpu", "--torch-source", "pypi", "--lock", "l"]
+    )
+    info = build_info.describe(args, {}, lambda name: None, "0" * 64, None)
+    assert (info["apt_lock"], info["tree"]) == (None, None)

@@ -139,8 +139,10 @@ def test_standalone_def_runs_the_same_install_scripts() -> None:
     for step in (
         "install-system.sh build",
         "install-python.sh deps",
+        "install-python.sh compile",
         "install-python.sh ddpimg",
         "build_info.py",
+        "--tree-listing /etc/ddpimg/tree.txt",
     ):
         assert step in post, step
     for source, _ in recipe.files:
@@ -153,8 +155,10 @@ def test_dockerfile_runs_the_same_install_scripts() -> None:
         "install-system.sh runtime",
         "install-system.sh build",
         "install-python.sh deps",
+        "install-python.sh compile",
         "install-python.sh ddpimg",
         "build_info.py",
+        "--tree-listing /etc/ddpimg/tree.txt",
         "selfcheck.sh",
     ):
         assert step in runs, step
@@ -168,8 +172,11 @@ def test_build_inputs_stay_in_the_build_stage() -> None:
     assert not final_args & {"WHEELS_URL", "INDEX_URL"}
     assert not [i for i in final if "build-inputs" in i.args]
     copies = [i.args for i in final if i.keyword == "COPY"]
+    # The Debian locks go to /tmp, which the last RUN empties (the build record names the one
+    # used and its SHA-256).
     assert {c for c in copies if not c.startswith("--from=build ")} == {
-        "containers/scripts/ /opt/ddpimg/scripts/"
+        "containers/scripts/ /opt/ddpimg/scripts/",
+        "containers/lock/apt/ /tmp/ddpimg-build/apt/",
     }
     assert not [c for c in copies if "inputs" in c]
 

@@ -207,8 +207,15 @@ def test_a_polluted_host_environment_still_trains(
     manifest = json.loads((out_dir / "polluted" / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert len(train_losses(out_dir / "polluted")) == 8
-    # The image's build-info file is recorded in every run's manifest.
+    # The image's build-info file is recorded in every run's manifest, and which image it is
+    # at a glance: the tree digest that `ddpimg doctor --verify` recomputes.
     assert manifest["versions"]["image"] == build_info
+    assert manifest["image"] == {
+        "flavour": build_info["flavour"],
+        "lock": build_info["lock"],
+        "apt_lock": build_info["apt_lock"],
+        "tree_digest": build_info["tree"]["digest"],
+    }
 
 
 def test_trackers_log_offline_on_a_read_only_root(

@@ -17,6 +17,7 @@ PACKAGES=(
     g++                                   # DeepSpeed compiles its CPU ops on first use
     squashfs-tools                        # add-ons packed and unpacked here (tests/addon, jobs)
     docker.io                             # dockerd for tests marked docker (containers/engine.sh starts it)
+    squashfs-tools                        # sqfstar: nox -s sqsh, the squashfs export test (tests/containers)
     podman runc fuse-overlayfs            # podman for tests marked podman (with podman-hpc from PyPI)
     debootstrap                           # the local base image: no registry to pull FROM
     stress-ng                             # tests/engines/neighbour.sh: a noisy neighbour

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import ddpimg
-from ddpimg.buildinfo import read_build_info
+from ddpimg.buildinfo import image_identity, read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.train.outputs import (
     MetricsWriter,
@@ -66,6 +66,26 @@ def test_bad_build_info_is_recorded_not_fatal(tmp_path: Path, content: str, erro
     assert info is not None
     assert info["path"] == str(path)
     assert info["error"].startswith(error)
+
+
+def test_the_image_identity_is_the_records_flavour_locks_and_tree_digest() -> None:
+    info = {
+        "flavour": "cpu",
+        "lock": {"name": "cpu", "sha256": "0" * 64},
+        "apt_lock": {"name": "debian12-amd64", "section": "runtime-cpu", "sha256": "1" * 64},
+        "tree": {"digest": "sha256:" + "2" * 64, "listing": "/etc/ddpimg/tree.txt"},
+        "packages": {"torch": "2.13.0+cpu"},
+    }
+    assert image_identity(info) == {
+        "flavour": "cpu",
+        "lock": {"name": "cpu", "sha256": "0" * 64},
+        "apt_lock": {"name": "debian12-amd64", "section": "runtime-cpu", "sha256": "1" * 64},
+        "tree_digest": "sha256:" + "2" * 64,
+    }
+    # An image built before tree digests, none, an unreadable record.
+    assert (image_identity({"flavour": "gpu"}) or {}).get("tree_digest") is None
+    assert image_identity(None) is None
+    assert image_identity({"path": "/etc/ddpimg/build-info.json", "error": "unreadable"}) is None
 
 
 def test_versions(tmp_path: Path) -> None:

@@ -1,7 +1,12 @@
 """``ddpimg doctor``: run under the same launcher as ``train``; every rank reports what it
 sees, rank 0 prints a table, and the exit status is non-zero when any check fails. The
 checks are ``ddpimg.runtime.doctor`` (per rank, gathered) and ``ddpimg.runtime.links`` (each
-node's links, on several nodes); this module parses, starts them and prints their result."""
+node's links, on several nodes); this module parses, starts them and prints their result.
+
+``ddpimg doctor --verify`` checks the image instead, in one process and without a launcher:
+it recomputes the tree digest of the image's Python environment and ddpimg's files
+(``ddpimg.imagetree``) and names every file added, removed or changed since the build (exit
+status 4, as any failed check)."""
 
 from __future__ import annotations
 
@@ -12,17 +17,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ddpimg import errors, exitcodes
+from ddpimg import errors, exitcodes, imagetree
 from ddpimg.cli.launch import prepare_launch
 from ddpimg.cli.launch_options import add_local_rank_argument, add_nproc_argument, add_site_options
+from ddpimg.errors import printable
 from ddpimg.plan import LaunchPlan
 from ddpimg.runtime.doctor import Checkup, NotJoined, RankReport, run_checks
 from ddpimg.runtime.links import LINK_BYTES, LINK_ITERATIONS, LinkResult, ring_rounds
+
+# How many paths of each kind (added, removed, changed) --verify names; all are counted.
+VERIFY_SHOWN = 50
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_site_options(parser)
     parser.add_argument("--json", action="store_true", help="rank 0 also prints the rows as JSON")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the image instead: recompute the tree digest of its Python environment "
+        "and ddpimg's files, name what was added, removed or changed since the build",
+    )
     add_nproc_argument(parser)
     add_local_rank_argument(parser)
 
@@ -78,6 +93,8 @@ def render_links(links: Sequence[LinkResult], num_nodes: int, floor_gbps: float)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.verify:
+        return verify_image(os.environ)
     launch = prepare_launch(args, argv)
     if launch.local_workers:
         return launch.start_local_workers()
@@ -101,10 +118,59 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     return exitcodes.OK if result.ok else exitcodes.CHECK_FAILED
 
 
+def verify_image(env: Mapping[str, str]) -> int:
+    """``doctor --verify``: print the verdict; 0 when the tree is the build's, CHECK_FAILED
+    when it differs, USAGE when there is no build record (or no tree in it) to check."""
+    from ddpimg.buildinfo import BUILD_INFO_DEFAULT, BUILD_INFO_VARIABLE, read_build_info
+
+    where = env.get(BUILD_INFO_VARIABLE) or BUILD_INFO_DEFAULT
+    info = read_build_info(env)
+    if info is None or "error" in info:
+        found = "none" if info is None else info["error"]
+        errors.report(
+            f"doctor --verify: no readable build record at {where} ({found})",
+            hint="--verify checks ddpimg's image from inside it: docker run IMAGE ddpimg doctor "
+            "--verify, apptainer exec IMAGE.sif ddpimg doctor --verify",
+        )
+        return exitcodes.USAGE
+    try:
+        result = imagetree.verify(info)
+    except (ValueError, OSError) as err:
+        errors.report(f"doctor --verify: {where}: {err}", hint="rebuild the image (nox -s image)")
+        return exitcodes.USAGE
+    print("\n".join(render_image(info) + render_verification(result)), flush=True)
+    return exitcodes.OK if result.ok else exitcodes.CHECK_FAILED
+
+
+def render_verification(result: imagetree.Verification, shown: int = VERIFY_SHOWN) -> list[str]:
+    """--verify's lines: the verdict with both digests, then each path that differs."""
+    roots = " ".join(result.roots)
+    if result.ok:
+        return [
+            f"verify: tree {result.current} ({result.entries} entries under {roots}) is the "
+            "build record's"
+        ]
+    diff = result.diff
+    lines = [
+        f"verify: FAILED: tree {result.current} ({result.entries} entries under {roots}); the "
+        f"build recorded {result.recorded}: {len(diff.added)} added, {len(diff.removed)} "
+        f"removed, {len(diff.changed)} changed since the build"
+    ]
+    for kind, paths in (
+        ("added", diff.added),
+        ("removed", diff.removed),
+        ("changed", diff.changed),
+    ):
+        lines += [f"verify: {kind}: {printable(path)}" for path in paths[:shown]]
+        if len(paths) > shown:
+            lines.append(f"verify: ... and {len(paths) - shown} more {kind}")
+    return lines
+
+
 def render_image(info: Mapping[str, Any] | None) -> list[str]:
     """The image's lines, from its build-info file (None: not in ddpimg's image, no lines):
-    its flavour, lock and versions, the DeepSpeed ops built with it, and its lock's notes
-    (why its torch or torchvision differ from the other flavours')."""
+    its flavour, lock and versions, the DeepSpeed ops built with it, its lock's notes (why
+    its torch or torchvision differ from the other flavours') and its tree digest."""
     if info is None:
         return []
     if "error" in info:
@@ -119,7 +185,11 @@ def render_image(info: Mapping[str, Any] | None) -> list[str]:
     ops = info.get("deepspeed_ops") or []
     built = f"; DeepSpeed ops built in: {' '.join(ops)}" if ops else ""
     lines = [f"image: ddpimg {info.get('flavour')} (lock {lock}); {versions}{built}"]
-    return lines + [f"image note: {note}" for note in info.get("notes") or []]
+    lines += [f"image note: {note}" for note in info.get("notes") or []]
+    tree = info.get("tree") or {}
+    if isinstance(tree, Mapping) and tree.get("digest"):
+        lines.append(f"image tree: {tree['digest']} (`ddpimg doctor --verify` recomputes it)")
+    return lines
 
 
 def render_checkup(checkup: Checkup, plan: LaunchPlan, as_json: bool = False) -> list[str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpimg.addon.mounted import addon_records
+from ddpimg.buildinfo import image_identity
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MANIFEST_LIMIT, MAX_METRICS_LINE, METRICS
@@ -169,6 +170,7 @@ class ScriptRecord:
         run this one continues (``earlier_run``), whose metrics lines are kept (summaries
         excepted). ``log_to``: the trackers that get every line too (a continued run
         continues their runs)."""
+        versions = collect_versions(env)
         manifest: dict[str, Any] = {
             "status": "running",
             "exit_status": None,
@@ -182,7 +184,8 @@ class ScriptRecord:
             "arguments": dict(options),
             "distributed": dict(world),
             "run_info": dict(run_info),
-            "versions": collect_versions(env),
+            "versions": versions,
+            "image": image_identity(versions["image"]),
             "addons": addon_records(env),
             "outputs": {},
             "continues": None,

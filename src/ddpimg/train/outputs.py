@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ddpimg.addon.mounted import addon_records
-from ddpimg.buildinfo import read_build_info
+from ddpimg.buildinfo import image_identity, read_build_info
 from ddpimg.errors import DdpimgError
 from ddpimg.fsio import open_own, write_json_atomic, write_text_atomic
 from ddpimg.run_files import MANIFEST, MAX_METRICS_LINE, METRICS
@@ -177,6 +177,7 @@ class RunRecorder:
     ) -> RunRecorder:
         """Create ``--out`` and write the "running" manifest. A run resumed from one of
         ``--out``'s checkpoints keeps the metrics lines written up to it."""
+        versions = collect_versions(env)
         manifest = {
             "status": "running",
             "exit_status": None,
@@ -195,7 +196,8 @@ class RunRecorder:
                 "device": str(ctx.device),
             },
             "run_info": ctx.run_info,
-            "versions": collect_versions(env),
+            "versions": versions,
+            "image": image_identity(versions["image"]),
             "addons": addon_records(env),
             "resumed_from": None if resume is None else resume.manifest_entry(),
         }

@@ -15,6 +15,7 @@ class FakeSession:
 
     def __init__(self) -> None:
         self.runs: list[list[str]] = []
+        self.envs: list[Mapping[str, str] | None] = []
         self.installs: list[tuple[str, ...]] = []
         self.logs: list[str] = []
         self.warnings: list[str] = []
@@ -27,6 +28,7 @@ class FakeSession:
         external: bool = False,
     ) -> Any:
         self.runs.append(list(args))
+        self.envs.append(env)
         return ""
 
     def install(self, *args: str) -> None:

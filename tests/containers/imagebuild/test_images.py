@@ -49,7 +49,11 @@ def test_parse_image_options_rejects_an_unknown_lock() -> None:
 
 def test_build_args_of_a_plain_build() -> None:
     args = images.build_args(ImageBuild("gpu", "ddpimg:gpu", "pypi"), FACTS)
-    assert args == FACTS | {"FLAVOUR": "gpu", "TORCH_SOURCE": "pypi"}
+    assert args == FACTS | {
+        "FLAVOUR": "gpu",
+        "TORCH_SOURCE": "pypi",
+        "APT_LOCK": "cuda13-ubuntu24.04",
+    }
 
 
 def test_the_cuda12_lock_takes_its_base_for_the_gpu_flavour_only() -> None:
@@ -95,7 +99,7 @@ def test_every_build_arg_is_declared_in_the_dockerfile() -> None:
     assert passed <= declared
 
 
-def test_docker_commands_build_the_stage_then_the_image(tmp_path: Path) -> None:
+def test_docker_commands_build_the_stage_then_the_layered_image(tmp_path: Path) -> None:
     build = ImageBuild("cpu", "ddpimg:cpu", "pypi", local=True, no_cache=True)
     first, second = images.docker_commands(build, tmp_path, {"B": "2", "A": "1"})
     common = [
@@ -104,7 +108,8 @@ def test_docker_commands_build_the_stage_then_the_image(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert first == [*common, "--no-cache", "--target", "build", "--tag", "ddpimg:cpu-build",
                      str(tmp_path)]  # fmt: skip
-    assert second == [*common, "--tag", "ddpimg:cpu", str(tmp_path)]
+    # ddpimg:cpu itself is the reproducible image made from this one (reproduce.normalise).
+    assert second == [*common, "--tag", "ddpimg:cpu-layers", str(tmp_path)]
 
 
 def test_docker_commands_without_a_local_registry_use_the_default_network(tmp_path: Path) -> None:
@@ -171,14 +176,6 @@ def test_an_arm64_build_here_cannot_prebuild_deepspeeds_ops(
     assert not session.runs
 
 
-def test_freeze_diff() -> None:
-    assert images.freeze_diff([["a==1"], ["a==1"]], ["x", "y"]) is None
-    diff = images.freeze_diff([["a==1", "b==1"], ["a==1", "b==2"]], ["x", "y"])
-    assert diff is not None
-    assert "-b==1" in diff.splitlines()
-    assert "+b==2" in diff.splitlines()
-
-
 def test_build_inputs_change_with_a_file_an_argument_or_a_base_not_the_wheel_server(
     tmp_path: Path,
 ) -> None:
@@ -208,3 +205,68 @@ def test_an_image_is_kept_only_while_the_tag_names_what_was_built_from_those_inp
     assert images.built_from("ddpimg:cpu", "inputs", record) is None
     del ids["ddpimg:cpu"]
     assert images.built_from("ddpimg:cpu", "inputs", record) is None
+
+
+def test_a_rebuild_removes_only_the_images_its_tags_named_before(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = {"t": "sha256:new", "t-build": "sha256:same"}
+    monkeypatch.setattr(images, "image_id", now.get)
+    images.drop_replaced(session, {"t": "sha256:old", "t-build": "sha256:same", "t-layers": None})
+    assert session.runs == [["sh", "-c", "docker image rm sha256:old >/dev/null 2>&1 || true"]]
+    assert not [run for run in session.runs if "prune" in run]
+
+
+def _repro(
+    session: FakeSession,
+    monkeypatch: pytest.MonkeyPatch,
+    ids: dict[str, str],
+    lines: list[str],
+    posargs: list[str],
+) -> list[images.ImageBuild]:
+    built: list[images.ImageBuild] = []
+    monkeypatch.setattr(images, "build_image", lambda s, build, facts: built.append(build))
+    monkeypatch.setattr(images, "image_id", ids.get)
+    monkeypatch.setattr(images, "compare_images", lambda a, b: lines)
+    images.check_reproducible(session, posargs)
+    return built
+
+
+def test_image_repro_builds_twice_the_second_without_cache_and_compares_digests(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = {"ddpimg:cpu": "sha256:a", "ddpimg:cpu-repro": "sha256:a"}
+    built = _repro(session, monkeypatch, ids, [], [])
+    assert built == [
+        images.SMOKE_BUILD,
+        dataclasses.replace(
+            images.SMOKE_BUILD, tag="ddpimg:cpu-repro", no_cache=True, drop_caches=True
+        ),
+    ]
+    assert session.logs[-1] == "ddpimg:cpu and a --no-cache rebuild have one digest: sha256:a"
+    assert ["docker", "image", "rm", "ddpimg:cpu-repro"] in session.runs
+
+
+def test_image_repro_takes_the_image_options(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = {"me:gpu": "sha256:a", "me:gpu-repro": "sha256:a"}
+    posargs = ["gpu", "--local", "--drop-caches", "--tag", "me:gpu"]
+    first, second = _repro(session, monkeypatch, ids, [], posargs)
+    assert (first.flavour, first.local, first.drop_caches, first.no_cache) == (
+        "gpu", True, True, False
+    )  # fmt: skip
+    assert (second.tag, second.no_cache) == ("me:gpu-repro", True)
+
+
+def test_image_repro_lists_the_differing_files_and_fails(
+    session: FakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [f"content differ: /f{i}" for i in range(images.REPRO_LINES + 5)]
+    ids = {"ddpimg:cpu": "sha256:a", "ddpimg:cpu-repro": "sha256:b"}
+    with pytest.raises(SessionError) as failed:
+        _repro(session, monkeypatch, ids, lines, [])
+    message = str(failed.value)
+    assert "ddpimg:cpu is sha256:a, ddpimg:cpu-repro (kept for a look" in message
+    assert f"{len(lines)} differences:\ncontent differ: /f0" in message
+    assert message.endswith("... and 5 more")

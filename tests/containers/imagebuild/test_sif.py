@@ -49,3 +49,10 @@ def test_build_sif_retitles_ddp_def_for_the_cpu_image(session: FakeSession) -> N
     assert Path(build[6]).name == "ddp.def"
     assert build[6] != "containers/ddp.def"  # the retitled copy
     assert test == ["apptainer", "test", "ddp-cpu.sif"]
+
+
+def test_a_sif_is_built_at_the_last_commits_date_in_utc(session: FakeSession) -> None:
+    for kind in ("gpu", "standalone"):
+        sif.build_sif(session, "apptainer", sif.parse_sif_options([kind], FACTS))
+    build_envs = session.envs[0::2]  # each build, then its test
+    assert build_envs == [{"SOURCE_DATE_EPOCH": "7", "TZ": "UTC"}] * 2
