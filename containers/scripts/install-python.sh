@@ -219,6 +219,10 @@ install_ddpimg() {
     # (ddpimg/addon/sitepath.py says why a .pth file and not PYTHONPATH).
     mkdir -p /opt/ddpimg/addons
     "$venv/bin/python" -I -m ddpimg addon install-hook >/dev/null
+    # Its module's bytecode now, hash-checked: else the next Python to start (the self-check)
+    # imports it through the .pth and writes a timestamp-based pyc holding this build's time,
+    # the one file that made two builds of one commit differ.
+    "$venv/bin/python" "$scripts/pycs.py" compile "$site/_ddpimg_addons.py"
 }
 
 case $step in

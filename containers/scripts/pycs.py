@@ -8,7 +8,8 @@ source's hash instead: the same bytes for the same source, valid whatever the fi
 and still checked against the source at import (a patched module is recompiled, not
 ignored).
 
-    python3 pycs.py compile DIR...   every .py below DIR compiled to a checked-hash .pyc
+    python3 pycs.py compile DIR...   every .py below DIR (or DIR itself, a .py file) compiled
+                                     to a checked-hash .pyc
     python3 pycs.py rehash DIR...    every timestamp-based .pyc below DIR rewritten as a
                                      checked-hash one of its source (a .pyc whose source is
                                      gone is removed: Python ignores it anyway)
@@ -37,7 +38,12 @@ FLAGS = slice(4, 8)
 
 
 def files_below(directory: str, suffix: str) -> Iterator[Path]:
-    """The files named *SUFFIX below ``directory``, in sorted order, links not followed."""
+    """The files named *SUFFIX below ``directory``, in sorted order, links not followed;
+    ``directory`` itself when it is such a file."""
+    if os.path.isfile(directory):
+        if directory.endswith(suffix) and not os.path.islink(directory):
+            yield Path(directory)
+        return
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         for name in sorted(files):

@@ -57,6 +57,15 @@ def test_two_compiles_of_the_same_sources_write_the_same_bytes(tmp_path: Path) -
     assert pyc_bytes(root) == first
 
 
+def test_compile_takes_one_module_and_leaves_its_siblings_alone(tmp_path: Path) -> None:
+    # The add-on hook is written after the venv's compile: install-python.sh compiles it alone.
+    root = package(tmp_path / "site")
+    (root / "hook.py").write_text("def on_start():\n    return 1\n")
+    subprocess.run([sys.executable, str(SCRIPT), "compile", str(root / "hook.py")], check=True)
+    assert list(pyc_bytes(root)) == ["__pycache__/hook." + sys.implementation.cache_tag + ".pyc"]
+    assert not pycs.timestamp_pycs([str(root)])
+
+
 def test_rehash_rewrites_timestamp_pycs_and_removes_those_without_a_source(
     tmp_path: Path,
 ) -> None:
