@@ -142,3 +142,21 @@ def test_an_edited_listing_is_named_even_when_it_matches_the_tree(tmp_path: Path
 def test_a_record_without_a_usable_tree_is_refused(info: dict[str, Any], message: str) -> None:
     with pytest.raises(ListingError, match=message):
         imagetree.verify(json.loads(json.dumps(info)))
+
+
+def test_what_is_mounted_in_the_addons_directory_is_not_part_of_the_tree(tmp_path: Path) -> None:
+    from ddpimg.addon.sitepath import ROOT
+
+    assert imagetree.ADDONS_ROOT == ROOT  # the leaf's copy of where runtimes mount add-ons
+    root = make_tree(tmp_path / "opt")
+    addons = root / "addons"
+    addons.mkdir()
+    before = imagetree.render(imagetree.scan([str(root)], unlisted=[str(addons)]))
+    (addons / "timm" / "site-packages").mkdir(parents=True)
+    (addons / "timm" / "site-packages" / "timm.py").write_text("x = 1\n")
+    after = imagetree.scan([str(root)], unlisted=[str(addons)])
+    assert imagetree.render(after) == before
+    assert str(addons) in {entry.path for entry in after}  # the directory itself is listed
+    assert str(addons / "timm") in {e.path for e in imagetree.scan([str(root)], unlisted=[])}
+    assert imagetree.mounted_addons(str(addons)) == ["timm"]
+    assert imagetree.mounted_addons(str(tmp_path / "none")) == []

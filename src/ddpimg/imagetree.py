@@ -31,6 +31,10 @@ from typing import Any
 
 LISTING_DEFAULT = "/etc/ddpimg/tree.txt"
 DDPIMG_ROOT = "/opt/ddpimg"
+# Where runtimes mount add-ons (ddpimg.addon.sitepath.ROOT; a leaf cannot import it, a test
+# holds the two equal): beside the image, never part of it (docs/addons.md). The directory is
+# listed; what is mounted in it is not, so an add-on does not fail --verify.
+ADDONS_ROOT = DDPIMG_ROOT + "/addons"
 # A listing of the largest image (the CUDA venv: about 60,000 entries of ~120 bytes) is a few
 # MiB; a file many times that is no listing.
 LISTING_LIMIT = 64 << 20
@@ -91,11 +95,12 @@ def _file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
-def _walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under ``root`` (``root`` first), links not followed, with its status."""
+def _walk(root: str, unlisted: frozenset[str]) -> Iterator[tuple[str, os.stat_result]]:
+    """Every path under ``root`` (``root`` first), links not followed, with its status; the
+    contents of the directories in ``unlisted`` left out (the directories themselves not)."""
     status = os.lstat(root)
     yield root, status
-    if not stat.S_ISDIR(status.st_mode):
+    if not stat.S_ISDIR(status.st_mode) or root in unlisted:
         return
     stack = [root]
     while stack:
@@ -104,16 +109,22 @@ def _walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
             for entry in entries:
                 entry_status = entry.stat(follow_symlinks=False)
                 yield entry.path, entry_status
-                if stat.S_ISDIR(entry_status.st_mode):
+                if stat.S_ISDIR(entry_status.st_mode) and entry.path not in unlisted:
                     stack.append(entry.path)
 
 
-def scan(roots: Iterable[str], workers: int | None = None) -> list[TreeEntry]:
-    """The entries under ``roots``, sorted by path; files hashed on ``workers`` threads
-    (hashlib and reads release the GIL: a node's cores read the venv side by side)."""
+def scan(
+    roots: Iterable[str],
+    workers: int | None = None,
+    unlisted: Iterable[str] = (ADDONS_ROOT,),
+) -> list[TreeEntry]:
+    """The entries under ``roots``, sorted by path, but what lies in ``unlisted``
+    directories (the add-ons' mount points); files hashed on ``workers`` threads (hashlib
+    and reads release the GIL: a node's cores read the venv side by side)."""
+    skipped = frozenset(os.path.normpath(path) for path in unlisted)
     found: list[tuple[str, os.stat_result]] = []
     for root in roots:
-        found.extend(_walk(root))
+        found.extend(_walk(os.path.normpath(root), skipped))
     files = [path for path, status in found if stat.S_ISREG(status.st_mode)]
     threads = workers or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -207,6 +218,7 @@ class Verification:
     entries: int
     roots: list[str]
     diff: TreeDiff
+    addons: list[str] = field(default_factory=list)  # what is mounted in ADDONS_ROOT, unlisted
 
     @property
     def ok(self) -> bool:
@@ -244,4 +256,12 @@ def verify(info: Mapping[str, Any], workers: int | None = None) -> Verification:
     if tree_digest(listing) != digest and not diff:
         # The listing file itself was edited: name it rather than nothing.
         diff = TreeDiff(changed=[listing_path])
-    return Verification(digest, now, len(current), roots, diff)
+    return Verification(digest, now, len(current), roots, diff, mounted_addons())
+
+
+def mounted_addons(root: str = ADDONS_ROOT) -> list[str]:
+    """The names in the add-ons' directory (what runtimes mounted there), sorted."""
+    try:
+        return sorted(os.listdir(root))
+    except OSError:
+        return []

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ddpimg import cli, exitcodes, imagetree
-from ddpimg.cli.doctor_cmd import render_checkup, render_image, render_links
+from ddpimg.cli.doctor_cmd import render_checkup, render_image, render_links, render_verification
+from ddpimg.imagetree import TreeDiff
 from ddpimg.plan import build_plan
 from ddpimg.runtime.doctor import Checkup, RankReport
 from ddpimg.runtime.links import LinkResult, judge_links
@@ -203,3 +204,10 @@ def test_verify_of_an_image_built_before_tree_digests_says_so(
     monkeypatch.setenv("DDPIMG_BUILD_INFO", str(tmp_path / "build-info.json"))
     assert cli.main(["doctor", "--verify"]) == exitcodes.USAGE
     assert "the build record has no tree digest" in capsys.readouterr().err
+
+
+def test_verify_names_the_addons_mounted_beside_the_image() -> None:
+    result = imagetree.Verification("sha256:a", "sha256:a", 3, ["/opt"], TreeDiff(), ["timm"])
+    assert render_verification(result)[-1] == (
+        "verify: add-ons mounted beside the image, not in its tree: timm (/opt/ddpimg/addons)"
+    )

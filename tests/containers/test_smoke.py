@@ -412,8 +412,12 @@ def test_two_ranks_import_an_addon_after_the_images_packages(
              "--script", "/w/probe_train.py"],
             options=[*READ_ONLY, *mounted(out_dir), "--volume", f"{work}:/w:ro"],
         )  # fmt: skip
+        # The add-on lies beside the image, not in it: the image's tree is still the build's.
+        verified = docker_run(tag, ["ddpimg", "doctor", "--verify"], options=READ_ONLY)
     finally:
         run(["docker", "rmi", tag], docker_env(), timeout=120, check=False)
+    assert "verify: add-ons mounted beside the image, not in its tree: probe" in verified.stdout
+    assert "is the build record's" in verified.stdout
     assert "from /opt/ddpimg/addons/probe/site-packages/addon_probe_torch.py built" in proc.stdout
     order = [
         "/opt/ddpimg/venv/lib/python3.11/site-packages",

@@ -145,10 +145,19 @@ def verify_image(env: Mapping[str, str]) -> int:
 def render_verification(result: imagetree.Verification, shown: int = VERIFY_SHOWN) -> list[str]:
     """--verify's lines: the verdict with both digests, then each path that differs."""
     roots = " ".join(result.roots)
+    beside = (
+        [
+            f"verify: add-ons mounted beside the image, not in its tree: "
+            f"{', '.join(printable(name) for name in result.addons)} ({imagetree.ADDONS_ROOT})"
+        ]
+        if result.addons
+        else []
+    )
     if result.ok:
         return [
             f"verify: tree {result.current} ({result.entries} entries under {roots}) is the "
-            "build record's"
+            "build record's",
+            *beside,
         ]
     diff = result.diff
     lines = [
@@ -164,7 +173,7 @@ def render_verification(result: imagetree.Verification, shown: int = VERIFY_SHOW
         lines += [f"verify: {kind}: {printable(path)}" for path in paths[:shown]]
         if len(paths) > shown:
             lines.append(f"verify: ... and {len(paths) - shown} more {kind}")
-    return lines
+    return [*lines, *beside]
 
 
 def render_image(info: Mapping[str, Any] | None) -> list[str]:
