@@ -304,11 +304,15 @@ def drop_replaced(session: Session, before: Mapping[str, str | None]) -> None:
 
 
 def build_image(
-    session: Session, build: ImageBuild, facts: Mapping[str, str] | None = None
+    session: Session,
+    build: ImageBuild,
+    facts: Mapping[str, str] | None = None,
+    sources: Path = Path(),
 ) -> tuple[float, int]:
     """`docker build` containers/Dockerfile for ``build``, then make the image reproducible
     (reproduce.normalise, at the last commit's date); the time taken and the size. ``facts``:
-    context.source_facts() (read now when not given). With ``build.drop_caches`` the build
+    context.source_facts() (read now when not given); ``sources``: the tree whose files make
+    the build context (the checkout by default). With ``build.drop_caches`` the build
     stage and the layered image go as soon as they are used (a machine that never builds
     again, like CI's, needs the disk)."""
     facts = dict(facts or source_facts())
@@ -351,7 +355,7 @@ def build_image(
     before = image_ids([build.tag, build_stage_tag(build.tag), layered_tag(build.tag)])
     with contextlib.ExitStack() as stack:
         context = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ddpimg-context-")))
-        stage_context(context, build.extra_ca)
+        stage_context(context, build.extra_ca, root=sources)
         # Only a local build knows all its inputs (a registry's base may have moved on).
         inputs = None
         if build.local and not build.no_cache:
@@ -464,10 +468,14 @@ def check_reproducible(session: Session, posargs: Sequence[str] = ()) -> None:
     image, SMOKE_BUILD; e.g. `gpu --local --drop-caches` for a GPU one on a small disk)."""
     first = parse_image_options(posargs) if posargs else SMOKE_BUILD
     second = dataclasses.replace(first, tag=f"{first.tag}-repro", no_cache=True, drop_caches=True)
-    # One commit's revision and date for both, even if a commit lands between the two builds.
+    # One commit's revision and date, and one copy of the sources, for both: a commit landing
+    # or a file edited in the checkout while they run (minutes each) would make the second
+    # build another tree's, a difference that is not the build's.
     facts = source_facts()
-    build_image(session, first, facts)
-    build_image(session, second, facts)
+    with tempfile.TemporaryDirectory(prefix="ddpimg-sources-") as snapshot:
+        stage_context(Path(snapshot))
+        build_image(session, first, facts, Path(snapshot))
+        build_image(session, second, facts, Path(snapshot))
     digests = [image_id(build.tag) for build in (first, second)]
     if digests[0] == digests[1]:
         session.run("docker", "image", "rm", second.tag, external=True, silent=True)

@@ -225,10 +225,24 @@ def _repro(
     posargs: list[str],
 ) -> list[images.ImageBuild]:
     built: list[images.ImageBuild] = []
-    monkeypatch.setattr(images, "build_image", lambda s, build, facts: built.append(build))
+    copies: list[tuple[Path, bool]] = []
+
+    def build_image(
+        session: FakeSession, build: images.ImageBuild, facts: object, sources: Path
+    ) -> None:
+        copies.append((sources, (sources / "src" / "ddpimg" / "__init__.py").is_file()))
+        built.append(build)
+
+    monkeypatch.setattr(images, "build_image", build_image)
     monkeypatch.setattr(images, "image_id", ids.get)
     monkeypatch.setattr(images, "compare_images", lambda a, b: lines)
     images.check_reproducible(session, posargs)
+    # Both from one copy of the sources taken before the first: an edit in the checkout
+    # while they run is neither's.
+    ((first, whole), (second, _)) = copies
+    assert first == second != Path()
+    assert whole
+    assert not first.exists()  # removed afterwards
     return built
 
 
