@@ -40,6 +40,7 @@ from .rootfs import (
     CONTAINER_ONLY,
     RUNTIME_PATHS,
     RUNTIME_SETTINGS,
+    ForwardReader,
     ImageArchiveError,
     canonical_chunks,
     canonical_config,
@@ -192,7 +193,8 @@ def file_facts(stream: IO[bytes]) -> dict[str, FileFacts]:
     what the exporting container made (rootfs.RUNTIME_PATHS) left out, as the container's
     marker file."""
     facts: dict[str, FileFacts] = {}
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as archive:
+    reader: Any = ForwardReader(stream)  # what tarfile reads a file through
+    with tarfile.open(fileobj=reader, mode="r:") as archive:
         for info in archive:
             path = normalise_name(info.name)
             if not path or path in CONTAINER_ONLY:

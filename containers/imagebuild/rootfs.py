@@ -130,6 +130,39 @@ def _extra_header(extra: ExtraFile, epoch: int) -> bytes:
     return _header(info)
 
 
+class ForwardReader:
+    """A pipe as tarfile's random-access mode reads a file: ``read``, ``tell`` and ``seek``
+    forward only (skipping is reading). tarfile's stream mode ("r|") copies its whole buffer
+    on every read (``tarfile._Stream``): a third of the rewrite's CPU time on the cpu image,
+    which this mode does not spend, the member's data being read straight from the pipe."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._position += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 1:
+            offset += self._position
+        elif whence != 0:
+            raise ImageArchiveError("a tar export cannot be read from its end")
+        if offset < self._position:
+            raise ImageArchiveError(f"a tar export cannot be read backwards (to byte {offset})")
+        while self._position < offset:
+            skipped = self._raw.read(min(offset - self._position, _CHUNK))
+            if not skipped:
+                break  # tarfile finds the end itself, as at the end of a file
+            self._position += len(skipped)
+        return self._position
+
+
 def canonical_chunks(
     exported: IO[bytes],
     epoch: int,
@@ -143,7 +176,8 @@ def canonical_chunks(
     (in place of a path the image has). ImageArchiveError if the export is not sorted."""
     added = sorted(extra, key=lambda file: sort_key(file.path))
     previous: list[str] | None = None
-    with tarfile.open(fileobj=exported, mode="r|", encoding=ENCODING, bufsize=_CHUNK) as archive:
+    reader: Any = ForwardReader(exported)  # what tarfile reads a file through
+    with tarfile.open(fileobj=reader, mode="r:", encoding=ENCODING) as archive:
         for member in archive:
             path = normalise_name(member.name)
             if not path or path in CONTAINER_ONLY or (keep is not None and not keep(path)):

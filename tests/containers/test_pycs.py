@@ -102,3 +102,16 @@ def test_an_optimised_pycs_level_is_kept(tmp_path: Path) -> None:
     assert pycs.optimization(Path("m.cpython-311.pyc")) == 0
     assert pycs.source_of(Path("/a/__pycache__/m.cpython-311.opt-1.pyc")) == Path("/a/m.py")
     assert pycs.source_of(Path("/a/m.pyc")) is None
+
+
+def test_the_sources_split_into_consecutive_runs_of_about_equal_size(tmp_path: Path) -> None:
+    sources = []
+    for index, size in enumerate([99, 99, 99, 99, 99, 99, 99, 99, 399, 0, 0, 0]):
+        sources.append(tmp_path / f"m{index}.py")
+        sources[-1].write_text("#" * size)
+    runs = pycs.split(sources, 4)
+    assert [source for run in runs for source in run] == sources  # all, in order
+    # A source goes to the quarter of the 1,203 bytes (a byte more each) where it starts.
+    assert [len(run) for run in runs] == [4, 3, 2, 3]
+    assert pycs.split(sources, 4) == runs  # nothing but the files decides it
+    assert pycs.split(sources[:1], 4) == [sources[:1]]

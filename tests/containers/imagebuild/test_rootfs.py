@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -188,3 +190,27 @@ def test_the_config_bytes_do_not_depend_on_the_builds_own_fields() -> None:
     assert rootfs.canonical_config(INSPECTED, diff_id, EPOCH) == rootfs.canonical_config(
         other, diff_id, EPOCH
     )
+
+
+def test_an_export_read_from_a_pipe_gives_the_same_bytes() -> None:
+    # `docker export` is a pipe: the reader seeks forward only, by reading.
+    data = export().getvalue()
+    with subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as cat:
+        assert cat.stdin is not None
+        assert cat.stdout is not None
+        writer = threading.Thread(target=lambda: (cat.stdin.write(data), cat.stdin.close()))
+        writer.start()
+        piped = b"".join(rootfs.canonical_chunks(cat.stdout, EPOCH))
+        writer.join()
+    assert piped == canonical(export())
+
+
+def test_the_forward_reader_skips_ahead_and_refuses_to_go_back() -> None:
+    reader = rootfs.ForwardReader(io.BytesIO(bytes(range(10))))
+    assert reader.read(2) == b"\x00\x01"
+    assert reader.seek(5) == 5
+    assert reader.read(1) == b"\x05"
+    assert reader.seek(2, 1) == 8
+    with pytest.raises(ImageArchiveError, match="backwards"):
+        reader.seek(3)
+    assert reader.seek(100) == 10  # past the end: at the end, as a file's read would find
