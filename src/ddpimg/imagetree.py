@@ -13,7 +13,8 @@ owners (Apptainer, enroot) and times say nothing about what runs. ``compare`` na
 added, removed or changed since the build: a ``pip install`` into a writable sandbox, a patched
 module.
 
-A leaf module (the standard library only): the build script imports it before anything else
+A leaf module (the standard library only, and the add-on hook's module, a leaf as well,
+for where add-ons are mounted): the build script imports it before anything else
 of ddpimg could be relied on, and ``ddpimg doctor --verify`` must not import torch.
 """
 
@@ -29,12 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpimg.addon.sitepath import ROOT as ADDON_ROOT
+
 LISTING_DEFAULT = "/etc/ddpimg/tree.txt"
 DDPIMG_ROOT = "/opt/ddpimg"
-# Where runtimes mount add-ons (ddpimg.addon.sitepath.ROOT; a leaf cannot import it, a test
-# holds the two equal): beside the image, never part of it (docs/addons.md). The directory is
-# listed; what is mounted in it is not, so an add-on does not fail --verify.
-ADDONS_ROOT = DDPIMG_ROOT + "/addons"
+# Where runtimes mount add-ons: beside the image, never part of it (docs/addons.md). The
+# directory is listed; what is mounted in it is not, so an add-on does not fail --verify.
+ADDONS_ROOT = ADDON_ROOT
 # A listing of the largest image (the CUDA venv: about 60,000 entries of ~120 bytes) is a few
 # MiB; a file many times that is no listing.
 LISTING_LIMIT = 64 << 20
