@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -384,3 +385,22 @@ def test_the_command_notes_unequal_threads(
     assert main(["plot", str(one), str(two), "-o", str(tmp_path / "cli.svg")]) == 0
     assert "ddpimg: note: the runs' processes had different CPU threads" in capsys.readouterr().err
     assert (tmp_path / "cli.svg").read_text().startswith("<?xml")
+
+
+@pytest.mark.parametrize("what", ["runs", "sweep"])
+def test_a_plot_without_matplotlib_says_what_to_install(
+    what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddpimg.sweep.plot import plot_sweep
+
+    def draw() -> object:
+        if what == "runs":
+            return plot_runs([Run(path=tmp_path, world_size=1)], tmp_path / "plot.png")
+        return plot_sweep(tmp_path, tmp_path / "plot.png")
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # its import now fails
+    with pytest.raises(DdpimgError) as raised:
+        draw()
+    assert raised.value.message.startswith("ddpimg plot needs matplotlib, which cannot be imported")
+    assert raised.value.hint == "pip install matplotlib (or ddpimg[plot])"
+    assert not (tmp_path / "plot.png").exists()

@@ -13,7 +13,7 @@ too), ``labels`` says what the runs are in words, ``panels`` draws the per-run p
 
 from __future__ import annotations
 
-from ddpimg.plot.figure import plot_runs, save_figure
+from ddpimg.plot.figure import matplotlib_missing, plot_runs, save_figure
 from ddpimg.plot.labels import labels, title
 from ddpimg.plot.run import EvalPoint, Run, TrainPoint, read_run
 from ddpimg.plot.scaling import ScalingPoint, scaling, threads_caveat
@@ -29,6 +29,7 @@ __all__ = [
     "ScalingPoint",
     "TrainPoint",
     "labels",
+    "matplotlib_missing",
     "plot_runs",
     "read_run",
     "save_figure",

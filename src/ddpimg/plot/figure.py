@@ -31,15 +31,20 @@ TITLE_IN = 0.8
 DPI = 100
 
 
+def matplotlib_missing(err: ImportError) -> DdpimgError:
+    """The error of a plot (of runs or of a sweep) where matplotlib cannot be imported."""
+    return DdpimgError(
+        f"ddpimg plot needs matplotlib, which cannot be imported ({err})",
+        hint="pip install matplotlib (or ddpimg[plot])",
+    )
+
+
 def plot_runs(runs: Sequence[Run], output: Path) -> Figure:
     """Render ``runs`` into ``output`` (format from its suffix) and return the figure."""
     try:
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise DdpimgError(
-            f"ddpimg plot needs matplotlib, which cannot be imported ({err})",
-            hint="pip install matplotlib (or ddpimg[plot])",
-        ) from err
+        raise matplotlib_missing(err) from err
 
     names = labels(runs)
     per_run = panels(runs)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpimg.errors import DdpimgError, printable
-from ddpimg.plot import read_run, save_figure
+from ddpimg.plot import matplotlib_missing, read_run, save_figure
 from ddpimg.sweep.results import read_results
 from ddpimg.sweep.spec import LOG
 
@@ -107,10 +107,7 @@ def plot_sweep(directory: Path, output: Path) -> Figure:
         from matplotlib.figure import Figure
         from matplotlib.ticker import NullLocator
     except ImportError as err:
-        raise DdpimgError(
-            f"ddpimg plot needs matplotlib, which cannot be imported ({err})",
-            hint="pip install matplotlib (or ddpimg[plot])",
-        ) from err
+        raise matplotlib_missing(err) from err
 
     results = read_results(directory)
     curves = [read_curves(directory / result.point.name) for result in results.points]
